@@ -1,0 +1,101 @@
+// The math of one LSTM cell for one (batch row, unit) element: forward (spec §4) and backward
+// (spec §6.1). The single home of the cell equations; the CPU kernels call it per element and the
+// CUDA kernels are meant to call the same functions. Framework-free (no TensorFlow headers).
+//
+// `Acc` is the compute type: float for half/bfloat16/float, double for double. Inputs are
+// converted to Acc before the call and results rounded to the storage type once, after it.
+#ifndef TF_LSTM_OPS_CC_KERNELS_LSTM_CELL_H_
+#define TF_LSTM_OPS_CC_KERNELS_LSTM_CELL_H_
+
+#include <cmath>
+
+#include "cc/kernels/gate_layout.h"
+
+namespace tf_lstm_ops {
+
+template <typename Acc>
+TF_LSTM_HOST_DEVICE inline Acc Sigmoid(Acc x) {
+  return Acc(1) / (Acc(1) + std::exp(-x));
+}
+
+// Per-cell constants, already converted to Acc.
+template <typename Acc>
+struct CellParams {
+  Acc forget_bias;  // added inside the forget sigmoid (0 for V2)
+  Acc cell_clip;    // clamp bound; only used when clip_active
+  bool clip_active; // cell_clip attr > 0 (a NaN or non-positive attr means no clipping)
+  bool use_peephole;
+};
+
+// Saved activations of one element, in the order the ops output them.
+template <typename Acc>
+struct CellActivations {
+  Acc i, cs, f, o, ci, co, h;
+};
+
+// Forward step. g_* are the pre-activations (x·Wx + h·Wh + b) of each gate; wc* are the peephole
+// weights (ignored, never read into the result, when !use_peephole: NaN there has no effect).
+template <typename Acc>
+TF_LSTM_HOST_DEVICE inline CellActivations<Acc> CellForward(const CellParams<Acc>& p, Acc g_i,
+                                                            Acc g_c, Acc g_f, Acc g_o,
+                                                            Acc cs_prev, Acc wci, Acc wcf,
+                                                            Acc wco) {
+  CellActivations<Acc> a;
+  a.i = Sigmoid(p.use_peephole ? g_i + cs_prev * wci : g_i);
+  a.ci = std::tanh(g_c);
+  const Acc f_in = g_f + p.forget_bias;
+  a.f = Sigmoid(p.use_peephole ? f_in + cs_prev * wcf : f_in);
+  Acc cs = a.i * a.ci + a.f * cs_prev;
+  if (p.clip_active) {
+    cs = cs < -p.cell_clip ? -p.cell_clip : cs;
+    cs = cs > p.cell_clip ? p.cell_clip : cs;
+  }
+  a.cs = cs;
+  a.co = std::tanh(cs);  // tanh of the clipped state
+  a.o = Sigmoid(p.use_peephole ? g_o + cs * wco : g_o);  // output peephole sees the new state
+  a.h = a.o * a.co;
+  return a;
+}
+
+// Gradients w.r.t. the four pre-activations, and the cell state carried to the previous step.
+template <typename Acc>
+struct CellGradients {
+  Acc d_i, d_c, d_f, d_o;  // dgates (w.r.t. pre-activations)
+  Acc cs_prev_grad;        // dL/dcs_prev
+};
+
+// Gradients arriving directly at the saved activations i, f, o, ci, co of this step (zero unless
+// a loss uses them; TF drops these, we propagate them). cs and h gradients are passed separately.
+template <typename Acc>
+struct ActivationGradients {
+  Acc i, f, o, ci, co;
+};
+
+// Backward step (spec §6.1), in TF's evaluation order; the direct activation gradients `ext` are
+// added last, so with ext = 0 the result is bit-identical to TF's formula. Clipping is
+// straight-through: the gradient is not masked where the clamp was active (TF's defined
+// behaviour). dcs = total dL/dcs (carried + external), dh = total dL/dh.
+template <typename Acc>
+TF_LSTM_HOST_DEVICE inline CellGradients<Acc> CellBackward(bool use_peephole,
+                                                           const CellActivations<Acc>& a,
+                                                           Acc cs_prev, Acc wci, Acc wcf, Acc wco,
+                                                           Acc dcs, Acc dh,
+                                                           const ActivationGradients<Acc>& ext) {
+  const Acc o_slope = a.o * (Acc(1) - a.o), co_slope = Acc(1) - a.co * a.co;
+  const Acc ci_slope = Acc(1) - a.ci * a.ci, f_slope = a.f * (Acc(1) - a.f);
+  const Acc i_slope = a.i * (Acc(1) - a.i);
+  CellGradients<Acc> g;
+  g.d_o = (o_slope * dh) * a.co + o_slope * ext.o;
+  Acc d_cs = ((co_slope * dh) * a.o) + dcs + co_slope * ext.co;
+  if (use_peephole) d_cs = d_cs + g.d_o * wco;
+  g.d_c = (ci_slope * d_cs) * a.i + ci_slope * ext.ci;
+  g.d_f = (f_slope * d_cs) * cs_prev + f_slope * ext.f;
+  g.d_i = (i_slope * d_cs) * a.ci + i_slope * ext.i;
+  g.cs_prev_grad = d_cs * a.f;
+  if (use_peephole) g.cs_prev_grad = (g.cs_prev_grad + g.d_i * wci) + g.d_f * wcf;
+  return g;
+}
+
+}  // namespace tf_lstm_ops
+
+#endif  // TF_LSTM_OPS_CC_KERNELS_LSTM_CELL_H_

@@ -1,0 +1,432 @@
+// CPU (Eigen ThreadPoolDevice) implementation of the LSTM functors.
+//
+// Structure (the same one the GPU path follows): the input projection x·Wx for all steps is one
+// GEMM; each step does only the recurrent GEMM h·Wh and one fused element-wise pass (bias,
+// activations, state update, saved activations). Backward does one element-wise pass and one
+// dgates·Whᵀ GEMM per step, then dx, dW, db and the peephole gradients as whole-sequence
+// GEMMs/reductions after the sweep. half/bfloat16 compute in float (GEMMs accumulate in float).
+#define EIGEN_USE_THREADS
+
+#include <algorithm>
+#include <type_traits>
+
+#include "cc/kernels/lstm_cell.h"
+#include "cc/kernels/lstm_functor.h"
+#include "tensorflow/core/framework/bfloat16.h"
+#include "tensorflow/core/framework/numeric_types.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "unsupported/Eigen/CXX11/Tensor"
+
+namespace tf_lstm_ops {
+namespace {
+
+using CPUDevice = Eigen::ThreadPoolDevice;
+using tensorflow::OpKernelContext;
+using tensorflow::Status;
+using tensorflow::Tensor;
+
+// Compute type: float for half/bfloat16/float, double for double.
+template <typename T>
+struct AccTypeOf {
+  using type = float;
+};
+template <>
+struct AccTypeOf<double> {
+  using type = double;
+};
+
+template <typename A>
+Status AllocateScratch(OpKernelContext* ctx, int64_t n, Tensor* holder, A** out) {
+  TF_RETURN_IF_ERROR(ctx->allocate_temp(tensorflow::DataTypeToEnum<A>::value,
+                                        tensorflow::TensorShape({n}), holder));
+  *out = holder->flat<A>().data();
+  return absl::OkStatus();
+}
+
+// Runs fn(begin, end) over [0, n) on the op's intra-op pool; `cycles` is the cost of one index.
+template <typename Fn>
+void ParallelFor(const CPUDevice& d, int64_t n, double bytes, double cycles, Fn fn) {
+  if (n <= 0) return;
+  d.parallelFor(n, Eigen::TensorOpCost(bytes, bytes, cycles),
+                [&fn](Eigen::Index begin, Eigen::Index end) { fn(begin, end); });
+}
+
+// dst[k] = To(src[k]) for k < n.
+template <typename From, typename To>
+void Convert(const CPUDevice& d, const From* src, To* dst, int64_t n) {
+  ParallelFor(d, n, sizeof(From) + sizeof(To), 2, [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) dst[k] = static_cast<To>(static_cast<float>(src[k]));
+  });
+}
+template <typename From>
+void Convert(const CPUDevice& d, const From* src, double* dst, int64_t n) {
+  ParallelFor(d, n, sizeof(From) + 8, 2, [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) dst[k] = static_cast<double>(src[k]);
+  });
+}
+
+// `n` values of T seen as A: the buffer itself when T == A, otherwise a converted scratch copy.
+template <typename T, typename A>
+Status AsAcc(OpKernelContext* ctx, const T* src, int64_t n, Tensor* holder, const A** out) {
+  if constexpr (std::is_same_v<T, A>) {
+    *out = src;
+  } else {
+    A* dst;
+    TF_RETURN_IF_ERROR(AllocateScratch(ctx, n, holder, &dst));
+    Convert(ctx->eigen_device<CPUDevice>(), src, dst, n);
+    *out = dst;
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+void Fill(const CPUDevice& d, T* dst, int64_t n, T value) {
+  ParallelFor(d, n, sizeof(T), 1, [&](int64_t begin, int64_t end) {
+    std::fill(dst + begin, dst + end, value);
+  });
+}
+
+// C[m,n] = op(A)·op(B) (+ C when accumulate); all row-major and contiguous. op(A) is [m,k]: A is
+// stored [m,k], or [k,m] when trans_a; likewise op(B) is [k,n], stored [n,k] when trans_b.
+template <typename A>
+void Gemm(const CPUDevice& d, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+          const A* a, const A* b, bool accumulate, A* c) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    if (!accumulate) Fill(d, c, m * n, A(0));
+    return;
+  }
+  using ConstMatrix = Eigen::TensorMap<Eigen::Tensor<const A, 2, Eigen::RowMajor, Eigen::Index>>;
+  using Matrix = Eigen::TensorMap<Eigen::Tensor<A, 2, Eigen::RowMajor, Eigen::Index>>;
+  ConstMatrix ta(a, trans_a ? k : m, trans_a ? m : k);
+  ConstMatrix tb(b, trans_b ? n : k, trans_b ? k : n);
+  Matrix tc(c, m, n);
+  const Eigen::array<Eigen::IndexPair<Eigen::Index>, 1> contract = {
+      Eigen::IndexPair<Eigen::Index>(trans_a ? 0 : 1, trans_b ? 1 : 0)};
+  if (accumulate) {
+    tc.device(d) += ta.contract(tb, contract);
+  } else {
+    tc.device(d) = ta.contract(tb, contract);
+  }
+}
+
+// out[j] = Σ_r term(r, j) for j < width, summed in increasing r (deterministic), parallel over j.
+template <typename A, typename T, typename Term>
+void ReduceRows(const CPUDevice& d, int64_t rows, int64_t width, Term term, T* out) {
+  constexpr int64_t kChunk = 64;
+  const int64_t chunks = (width + kChunk - 1) / kChunk;
+  ParallelFor(d, chunks, rows * kChunk * sizeof(A), rows * kChunk * 2.0,
+              [&](int64_t begin, int64_t end) {
+                A acc[kChunk];
+                for (int64_t c = begin; c < end; ++c) {
+                  const int64_t j0 = c * kChunk, j1 = std::min(width, j0 + kChunk);
+                  std::fill(acc, acc + kChunk, A(0));
+                  for (int64_t r = 0; r < rows; ++r) {
+                    for (int64_t j = j0; j < j1; ++j) acc[j - j0] += term(r, j);
+                  }
+                  for (int64_t j = j0; j < j1; ++j) out[j] = static_cast<T>(acc[j - j0]);
+                }
+              });
+}
+
+template <typename A, typename T>
+CellParams<A> MakeCellParams(const LstmAttrs& attrs) {
+  // The clamp bound is the attr rounded to T first (half: a tiny clip rounds to 0 and clamps all).
+  return CellParams<A>{static_cast<A>(attrs.forget_bias),
+                       static_cast<A>(static_cast<T>(attrs.cell_clip)), attrs.cell_clip > 0,
+                       attrs.use_peephole};
+}
+
+// Peephole weights in A (nullptr without use_peephole: never read then).
+template <typename T, typename A>
+struct Peepholes {
+  Tensor holder[3];
+  const A *wci = nullptr, *wcf = nullptr, *wco = nullptr;
+
+  Status Init(OpKernelContext* ctx, const LstmAttrs& attrs, const LstmInputs<T>& in, int64_t h) {
+    if (!attrs.use_peephole) return absl::OkStatus();
+    TF_RETURN_IF_ERROR(AsAcc(ctx, in.wci, h, &holder[0], &wci));
+    TF_RETURN_IF_ERROR(AsAcc(ctx, in.wcf, h, &holder[1], &wcf));
+    return AsAcc(ctx, in.wco, h, &holder[2], &wco);
+  }
+  A ci(int64_t j) const { return wci ? wci[j] : A(0); }
+  A cf(int64_t j) const { return wcf ? wcf[j] : A(0); }
+  A co(int64_t j) const { return wco ? wco[j] : A(0); }
+};
+
+// Offsets every non-null pointer of a per-step tensor set to step t.
+template <typename T>
+LstmActivations<const T*> AtStep(const LstmActivations<const T*>& p, int64_t t, int64_t step) {
+  auto at = [&](const T* q) { return q == nullptr ? nullptr : q + t * step; };
+  return {at(p.i), at(p.cs), at(p.f), at(p.o), at(p.ci), at(p.co), at(p.h)};
+}
+
+// One backward element-wise step over [B, H]: dgates [B, 4H] and the cell-state gradient for the
+// previous step. `out_grads` are this step's gradients w.r.t. the outputs (cs and h always set,
+// i/f/o/ci/co nullptr when zero). dc_carry / dh_carry (carried from step t+1) may be nullptr
+// (zero). dc_out may alias dc_carry (element-wise).
+template <typename T, typename A>
+void BackwardStep(const CPUDevice& d, int64_t batch, int64_t cell, const LstmAttrs& attrs,
+                  const Peepholes<T, A>& peep, const LstmActivations<const T*>& act,
+                  const T* cs_prev, const LstmActivations<const T*>& out_grads,
+                  const A* dc_carry, const A* dh_carry, A* dgates, A* dc_out) {
+  const GateBlocks blk = BlocksOf(attrs.layout);
+  ParallelFor(d, batch, cell * 10 * sizeof(T), cell * 40.0, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      A* dg = dgates + b * 4 * cell;
+      for (int64_t j = 0; j < cell; ++j) {
+        const int64_t k = b * cell + j;
+        const CellActivations<A> a{A(act.i[k]),  A(act.cs[k]), A(act.f[k]), A(act.o[k]),
+                                   A(act.ci[k]), A(act.co[k]), A(0)};
+        const A dcs = A(out_grads.cs[k]) + (dc_carry ? dc_carry[k] : A(0));
+        const A dh = A(out_grads.h[k]) + (dh_carry ? dh_carry[k] : A(0));
+        auto ext = [k](const T* p) { return p ? A(p[k]) : A(0); };
+        const ActivationGradients<A> direct{ext(out_grads.i), ext(out_grads.f), ext(out_grads.o),
+                                            ext(out_grads.ci), ext(out_grads.co)};
+        const CellGradients<A> g = CellBackward<A>(attrs.use_peephole, a, A(cs_prev[k]),
+                                                   peep.ci(j), peep.cf(j), peep.co(j), dcs, dh,
+                                                   direct);
+        dg[blk.i * cell + j] = g.d_i;
+        dg[blk.c * cell + j] = g.d_c;
+        dg[blk.f * cell + j] = g.d_f;
+        dg[blk.o * cell + j] = g.d_o;
+        dc_out[k] = g.cs_prev_grad;
+      }
+    }
+  });
+}
+
+// Peephole gradients: wci_grad = Σ δi ⊙ cs_prev, wcf_grad = Σ δf ⊙ cs_prev, wco_grad = Σ δo ⊙ cs,
+// over `rows` = steps × batch rows; cs_prev_of(r) gives the cs_prev row for dgates row r.
+template <typename T, typename A, typename CsPrevRow>
+void PeepholeGrads(const CPUDevice& d, const LstmAttrs& attrs, int64_t rows, int64_t cell,
+                   const A* dgates, CsPrevRow cs_prev_of, const T* cs, T* wci_grad, T* wcf_grad,
+                   T* wco_grad) {
+  const GateBlocks blk = BlocksOf(attrs.layout);
+  const int64_t g = 4 * cell;
+  ReduceRows<A>(d, rows, cell,
+                [&](int64_t r, int64_t j) { return dgates[r * g + blk.i * cell + j] * A(cs_prev_of(r)[j]); },
+                wci_grad);
+  ReduceRows<A>(d, rows, cell,
+                [&](int64_t r, int64_t j) { return dgates[r * g + blk.f * cell + j] * A(cs_prev_of(r)[j]); },
+                wcf_grad);
+  ReduceRows<A>(d, rows, cell,
+                [&](int64_t r, int64_t j) { return dgates[r * g + blk.o * cell + j] * A(cs[r * cell + j]); },
+                wco_grad);
+}
+
+}  // namespace
+
+template <typename T>
+struct LstmForward<CPUDevice, T> {
+  Status operator()(OpKernelContext* ctx, const LstmDims& dims, const LstmAttrs& attrs,
+                    int64_t seq_len_max, const LstmInputs<T>& in, const LstmActivations<T*>& out) {
+    using A = typename AccTypeOf<T>::type;
+    const CPUDevice& d = ctx->eigen_device<CPUDevice>();
+    const int64_t B = dims.batch, I = dims.input, H = dims.cell, G = 4 * H, L = seq_len_max;
+    const int64_t step = B * H;
+
+    // Steps past seq_len_max are zero in every output (TF leaves i, f, o, ci, co uninitialised).
+    for (T* p : {out.i, out.cs, out.f, out.o, out.ci, out.co, out.h}) {
+      Fill(d, p + L * step, (dims.time - L) * step, T(0));
+    }
+    if (L == 0 || step == 0) return absl::OkStatus();
+
+    Tensor w_holder, x_holder, b_holder, hp_holder, xw_holder, rec_holder, h_holder;
+    const A *w, *x, *bias, *h_prev;
+    TF_RETURN_IF_ERROR(AsAcc(ctx, in.w, (I + H) * G, &w_holder, &w));
+    TF_RETURN_IF_ERROR(AsAcc(ctx, in.x, L * B * I, &x_holder, &x));
+    TF_RETURN_IF_ERROR(AsAcc(ctx, in.b, G, &b_holder, &bias));
+    TF_RETURN_IF_ERROR(AsAcc(ctx, in.h_prev, step, &hp_holder, &h_prev));
+    Peepholes<T, A> peep;
+    TF_RETURN_IF_ERROR(peep.Init(ctx, attrs, in, H));
+    const A* w_x = w;          // rows [0, I) multiply x
+    const A* w_h = w + I * G;  // rows [I, I+H) multiply h
+
+    // Input projection of every step at once.
+    A *xw, *rec, *h_acc = nullptr;
+    TF_RETURN_IF_ERROR(AllocateScratch(ctx, L * B * G, &xw_holder, &xw));
+    TF_RETURN_IF_ERROR(AllocateScratch(ctx, B * G, &rec_holder, &rec));
+    if constexpr (!std::is_same_v<T, A>) {
+      // The state the next step multiplies: the stored (rounded) h, kept in A for the GEMM.
+      TF_RETURN_IF_ERROR(AllocateScratch(ctx, step, &h_holder, &h_acc));
+    }
+    Gemm(d, false, false, L * B, G, I, x, w_x, false, xw);
+
+    const CellParams<A> params = MakeCellParams<A, T>(attrs);
+    const GateBlocks blk = BlocksOf(attrs.layout);
+    for (int64_t t = 0; t < L; ++t) {
+      const A* h_state = h_prev;
+      if (t > 0) {
+        if constexpr (std::is_same_v<T, A>) {
+          h_state = out.h + (t - 1) * step;
+        } else {
+          h_state = h_acc;
+        }
+      }
+      Gemm(d, false, false, B, G, H, h_state, w_h, false, rec);
+
+      const T* cs_prev = t == 0 ? in.cs_prev : out.cs + (t - 1) * step;
+      const A* xw_t = xw + t * B * G;
+      ParallelFor(d, B, H * 12 * sizeof(T), H * 60.0, [&](int64_t begin, int64_t end) {
+        for (int64_t b = begin; b < end; ++b) {
+          const A* gx = xw_t + b * G;
+          const A* gr = rec + b * G;
+          auto gate = [&](int block, int64_t j) {
+            const int64_t c = block * H + j;
+            return (gx[c] + gr[c]) + bias[c];
+          };
+          for (int64_t j = 0; j < H; ++j) {
+            const int64_t k = b * H + j;
+            const CellActivations<A> a =
+                CellForward<A>(params, gate(blk.i, j), gate(blk.c, j), gate(blk.f, j),
+                               gate(blk.o, j), A(cs_prev[k]), peep.ci(j), peep.cf(j), peep.co(j));
+            const int64_t o = t * step + k;
+            out.i[o] = T(a.i);
+            out.cs[o] = T(a.cs);
+            out.f[o] = T(a.f);
+            out.o[o] = T(a.o);
+            out.ci[o] = T(a.ci);
+            out.co[o] = T(a.co);
+            out.h[o] = T(a.h);
+            if (h_acc != nullptr) h_acc[k] = A(out.h[o]);
+          }
+        }
+      });
+    }
+    return absl::OkStatus();
+  }
+};
+
+template <typename T>
+struct LstmBackward<CPUDevice, T> {
+  Status operator()(OpKernelContext* ctx, const LstmDims& dims, const LstmAttrs& attrs,
+                    int64_t seq_len_max, const LstmInputs<T>& in,
+                    const LstmActivations<const T*>& act,
+                    const LstmActivations<const T*>& out_grads, const LstmInputGrads<T>& grads) {
+    using A = typename AccTypeOf<T>::type;
+    const CPUDevice& d = ctx->eigen_device<CPUDevice>();
+    const int64_t B = dims.batch, I = dims.input, H = dims.cell, G = 4 * H, L = seq_len_max;
+    const int64_t step = B * H;
+
+    // Steps at or past seq_len_max do not influence the outputs: their x_grad is zero.
+    Fill(d, grads.x + L * B * I, (dims.time - L) * B * I, T(0));
+    if (L == 0 || step == 0) {
+      // Nothing ran (or nothing has size): every remaining gradient is zero.
+      Fill(d, grads.x, L * B * I, T(0));
+      for (T* p : {grads.cs_prev, grads.h_prev}) Fill(d, p, step, T(0));
+      Fill(d, grads.w, (I + H) * G, T(0));
+      Fill(d, grads.b, G, T(0));
+      if (attrs.use_peephole) {
+        for (T* p : {grads.wci, grads.wcf, grads.wco}) Fill(d, p, H, T(0));
+      }
+      return absl::OkStatus();
+    }
+
+    Tensor w_holder, dg_holder, dc_holder, dh_holder;
+    const A* w;
+    TF_RETURN_IF_ERROR(AsAcc(ctx, in.w, (I + H) * G, &w_holder, &w));
+    Peepholes<T, A> peep;
+    TF_RETURN_IF_ERROR(peep.Init(ctx, attrs, in, H));
+    const A* w_x = w;
+    const A* w_h = w + I * G;
+
+    A *dgates, *dc, *dh;
+    TF_RETURN_IF_ERROR(AllocateScratch(ctx, L * B * G, &dg_holder, &dgates));
+    TF_RETURN_IF_ERROR(AllocateScratch(ctx, step, &dc_holder, &dc));
+    TF_RETURN_IF_ERROR(AllocateScratch(ctx, step, &dh_holder, &dh));
+
+    // Reverse sweep: only the element-wise step and dgates_t·Whᵀ are on the sequential path.
+    for (int64_t t = L - 1; t >= 0; --t) {
+      const T* cs_prev = t == 0 ? in.cs_prev : act.cs + (t - 1) * step;
+      const bool last = t == L - 1;
+      BackwardStep<T, A>(d, B, H, attrs, peep, AtStep(act, t, step), cs_prev,
+                         AtStep(out_grads, t, step), last ? nullptr : dc, last ? nullptr : dh,
+                         dgates + t * B * G, dc);
+      Gemm(d, false, true, B, H, G, dgates + t * B * G, w_h, false, dh);
+    }
+    Convert(d, dc, grads.cs_prev, step);
+    Convert(d, dh, grads.h_prev, step);
+
+    // Whole-sequence products: dx = dgates·Wxᵀ, dWx = xᵀ·dgates, dWh = h_{t-1}ᵀ·dgates, db = Σ.
+    Tensor x_holder, hp_holder, hs_holder, dx_holder, dw_holder;
+    const A *x, *h_prev, *h_seq;
+    TF_RETURN_IF_ERROR(AsAcc(ctx, in.x, L * B * I, &x_holder, &x));
+    TF_RETURN_IF_ERROR(AsAcc(ctx, in.h_prev, step, &hp_holder, &h_prev));
+    TF_RETURN_IF_ERROR(AsAcc(ctx, act.h, (L - 1) * step, &hs_holder, &h_seq));
+    A *dx, *dw;
+    if constexpr (std::is_same_v<T, A>) {
+      dx = grads.x;
+      dw = grads.w;
+    } else {
+      TF_RETURN_IF_ERROR(AllocateScratch(ctx, L * B * I, &dx_holder, &dx));
+      TF_RETURN_IF_ERROR(AllocateScratch(ctx, (I + H) * G, &dw_holder, &dw));
+    }
+    Gemm(d, false, true, L * B, I, G, dgates, w_x, false, dx);
+    Gemm(d, true, false, I, G, L * B, x, dgates, false, dw);
+    A* dw_h = dw + I * G;
+    Gemm(d, true, false, H, G, B, h_prev, dgates, false, dw_h);
+    Gemm(d, true, false, H, G, (L - 1) * B, h_seq, dgates + B * G, true, dw_h);
+    if constexpr (!std::is_same_v<T, A>) {
+      Convert(d, dx, grads.x, L * B * I);
+      Convert(d, dw, grads.w, (I + H) * G);
+    }
+    ReduceRows<A>(d, L * B, G, [&](int64_t r, int64_t j) { return dgates[r * G + j]; }, grads.b);
+    if (attrs.use_peephole) {
+      // dgates row r = t·B + b pairs with cs_prev row (t == 0 ? cs_prev : cs[t-1]).
+      auto cs_prev_of = [&](int64_t r) {
+        return r < B ? in.cs_prev + r * H : act.cs + (r - B) * H;
+      };
+      PeepholeGrads<T, A>(d, attrs, L * B, H, dgates, cs_prev_of, act.cs, grads.wci, grads.wcf,
+                          grads.wco);
+    }
+    return absl::OkStatus();
+  }
+};
+
+template <typename T>
+struct LstmCellBackward<CPUDevice, T> {
+  Status operator()(OpKernelContext* ctx, const LstmDims& dims, const LstmAttrs& attrs,
+                    const LstmInputs<T>& in, const LstmActivations<const T*>& act,
+                    const LstmActivations<const T*>& out_grads, T* cs_prev_grad, T* dgates_out,
+                    T* wci_grad, T* wcf_grad, T* wco_grad) {
+    using A = typename AccTypeOf<T>::type;
+    const CPUDevice& d = ctx->eigen_device<CPUDevice>();
+    const int64_t B = dims.batch, H = dims.cell, step = B * H;
+    if (step == 0) {
+      if (attrs.use_peephole) {
+        for (T* p : {wci_grad, wcf_grad, wco_grad}) Fill(d, p, H, T(0));
+      }
+      return absl::OkStatus();
+    }
+    Peepholes<T, A> peep;
+    TF_RETURN_IF_ERROR(peep.Init(ctx, attrs, in, H));
+    Tensor dg_holder, dc_holder;
+    A *dgates, *dc;
+    TF_RETURN_IF_ERROR(AllocateScratch(ctx, 4 * step, &dg_holder, &dgates));
+    TF_RETURN_IF_ERROR(AllocateScratch(ctx, step, &dc_holder, &dc));
+    BackwardStep<T, A>(d, B, H, attrs, peep, act, in.cs_prev, out_grads, nullptr, nullptr, dgates,
+                       dc);
+    Convert(d, dgates, dgates_out, 4 * step);
+    Convert(d, dc, cs_prev_grad, step);
+    if (attrs.use_peephole) {
+      auto cs_prev_of = [&](int64_t r) { return in.cs_prev + r * H; };
+      PeepholeGrads<T, A>(d, attrs, B, H, dgates, cs_prev_of, act.cs, wci_grad, wcf_grad,
+                          wco_grad);
+    }
+    return absl::OkStatus();
+  }
+};
+
+#define TF_LSTM_INSTANTIATE_CPU(T)                  \
+  template struct LstmForward<CPUDevice, T>;        \
+  template struct LstmBackward<CPUDevice, T>;       \
+  template struct LstmCellBackward<CPUDevice, T>;
+TF_LSTM_INSTANTIATE_CPU(Eigen::half)
+TF_LSTM_INSTANTIATE_CPU(Eigen::bfloat16)
+TF_LSTM_INSTANTIATE_CPU(float)
+TF_LSTM_INSTANTIATE_CPU(double)
+#undef TF_LSTM_INSTANTIATE_CPU
+
+}  // namespace tf_lstm_ops

@@ -1,0 +1,140 @@
+"""Finds, checks and loads the compiled op library, once, on first use.
+
+Search order: $TF_LSTM_OPS_LIBRARY, the package directory (an installed wheel), then the
+repository's bazel-bin (a source checkout after ./configure.sh). Every failure is an ImportError
+that says what was found, what was expected and how to fix it.
+"""
+
+import importlib.util
+import os
+import threading
+
+_LIBRARY_NAME = "_lstm_ops.so"
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_REPO_ROOT = os.path.dirname(_PACKAGE_DIR)
+
+# TF op names (namespaced: TF silently ignores a plugin op registered under a core name).
+OP_NAMESPACE = "TfLstm>"
+OP_NAMES = (
+    "LSTMBlockCell",
+    "LSTMBlockCellGrad",
+    "BlockLSTM",
+    "BlockLSTMGrad",
+    "BlockLSTMV2",
+    "BlockLSTMGradV2",
+    "BlockLSTMFullGrad",  # ours: the gradient w.r.t. all seven outputs
+)
+
+_REBUILD_HINT = "rebuild it with ./configure.sh (or: bazel build //:tf_lstm_ops/_lstm_ops.so)"
+
+
+def candidate_paths():
+    """Where the library may be, in the order searched."""
+    paths = []
+    if os.environ.get("TF_LSTM_OPS_LIBRARY"):
+        paths.append(os.environ["TF_LSTM_OPS_LIBRARY"])
+    paths.append(os.path.join(_PACKAGE_DIR, _LIBRARY_NAME))
+    paths.append(os.path.join(_REPO_ROOT, "bazel-bin", "tf_lstm_ops", _LIBRARY_NAME))
+    return paths
+
+
+def find_library():
+    for path in candidate_paths():
+        if os.path.isfile(path):
+            return path
+    raise ImportError(
+        "tf_lstm_ops: the op library %s was not found; looked in:\n  %s\nBuild it from the "
+        "repository root with ./configure.sh (sets up .venv and runs bazel build)."
+        % (_LIBRARY_NAME, "\n  ".join(candidate_paths()))
+    )
+
+
+def read_build_info(library_path):
+    """The _build_info.py written by Bazel next to the library: what it was built against."""
+    info_path = os.path.join(os.path.dirname(library_path), "_build_info.py")
+    if not os.path.isfile(info_path):
+        return None
+    spec = importlib.util.spec_from_file_location("_tf_lstm_ops_build_info", info_path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _major_minor(version):
+    return tuple(version.split(".")[:2])
+
+
+def check_version(built_version, running_version):
+    """Raises ImportError when the library was built for another TF major.minor (ABI changes)."""
+    if os.environ.get("TF_LSTM_OPS_SKIP_VERSION_CHECK") == "1":
+        return
+    if _major_minor(built_version) != _major_minor(running_version):
+        raise ImportError(
+            "tf_lstm_ops: the op library was built against TensorFlow %s but TensorFlow %s is "
+            "running; TensorFlow's C++ ABI changes between minor versions, so %s. "
+            "(TF_LSTM_OPS_SKIP_VERSION_CHECK=1 skips this check at your own risk.)"
+            % (built_version, running_version, _REBUILD_HINT)
+        )
+
+
+def load(tf):
+    """Loads the library into TensorFlow and returns the module of generated op wrappers."""
+    path = find_library()
+    info = read_build_info(path)
+    if info is not None:
+        check_version(info.TF_VERSION, tf.__version__)
+    try:
+        module = tf.load_op_library(path)
+    except tf.errors.NotFoundError as e:
+        if "undefined symbol" in str(e):
+            built = (
+                "TensorFlow %s (CXX11 ABI %d)" % (info.TF_VERSION, info.TF_CXX11_ABI_FLAG)
+                if info is not None
+                else "an unknown TensorFlow"
+            )
+            raise ImportError(
+                "tf_lstm_ops: %s was built against %s and does not link with the running "
+                "TensorFlow %s (CXX11 ABI %d): %s; %s."
+                % (path, built, tf.__version__, tf.sysconfig.CXX11_ABI_FLAG, e, _REBUILD_HINT)
+            ) from e
+        raise ImportError("tf_lstm_ops: loading %s failed: %s" % (path, e)) from e
+    missing = [name for name in OP_NAMES if not hasattr(module, python_op_name(name))]
+    if missing:
+        raise ImportError(
+            "tf_lstm_ops: %s loaded but does not define the ops %s; %s."
+            % (path, ", ".join(missing), _REBUILD_HINT)
+        )
+    return module
+
+
+def python_op_name(op_name):
+    """The generated raw wrapper for an op: 'BlockLSTMV2' -> 'TfLstm_BlockLSTMV2'.
+
+    TF generates it for every op in a loaded library ('>' becomes '_'); it takes keyword
+    arguments only, like tf.raw_ops.
+    """
+    return OP_NAMESPACE.replace(">", "_") + op_name
+
+
+class LazyLibrary:
+    """The op module, loaded on first attribute access (so `import tf_lstm_ops` never fails)."""
+
+    def __init__(self):
+        self._module = None
+        self._lock = threading.Lock()
+
+    @property
+    def module(self):
+        if self._module is None:
+            with self._lock:
+                if self._module is None:
+                    import tensorflow as tf
+
+                    self._module = load(tf)
+        return self._module
+
+    def op(self, op_name):
+        return getattr(self.module, python_op_name(op_name))
+
+
+library = LazyLibrary()

@@ -1,0 +1,28 @@
+"""Drop-in replacements for ``tf.raw_ops``: ``tf_lstm_ops.raw.X(**kw)`` for ``tf.raw_ops.X(**kw)``.
+
+Each function has ``tf.raw_ops.X``'s exact argument names, order and defaults (keyword arguments
+only) and returns a namedtuple with the same output names. They additionally accept bfloat16 and
+float64, have correct registered gradients, and reject bad shapes with InvalidArgumentError.
+The op library is loaded on first use.
+"""
+
+from tf_lstm_ops._loader import library
+
+__all__ = [
+    "LSTMBlockCell",
+    "LSTMBlockCellGrad",
+    "BlockLSTM",
+    "BlockLSTMGrad",
+    "BlockLSTMV2",
+    "BlockLSTMGradV2",
+]
+
+
+def __getattr__(name):
+    if name in __all__:
+        return library.op(name)
+    raise AttributeError("module 'tf_lstm_ops.raw' has no attribute %r" % name)
+
+
+def __dir__():
+    return sorted(__all__)
