@@ -59,6 +59,11 @@ else
     say ".venv is up to date (${REQUIREMENTS[*]})"
   fi
 fi
+if [[ "$NO_VENV" != 1 ]]; then
+  # Source-tree install: `import tf_lstm_ops` works in .venv from anywhere (the loader finds
+  # the library in bazel-bin).
+  "$VENV_PY" -c 'import site, sys; open(site.getsitepackages()[0] + "/tf_lstm_ops_source.pth", "w").write(sys.argv[1] + "\n")' "$ROOT"
+fi
 "$VENV_PY" -c 'import tensorflow' 2>/dev/null || {
   echo "configure.sh: '$VENV_PY' cannot import tensorflow" >&2; exit 1; }
 

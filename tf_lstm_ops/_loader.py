@@ -29,13 +29,13 @@ _REBUILD_HINT = "rebuild it with ./configure.sh (or: bazel build //:tf_lstm_ops/
 
 
 def candidate_paths():
-    """Where the library may be, in the order searched."""
-    paths = []
+    """Where the library may be, in the order searched ($TF_LSTM_OPS_LIBRARY alone if set)."""
     if os.environ.get("TF_LSTM_OPS_LIBRARY"):
-        paths.append(os.environ["TF_LSTM_OPS_LIBRARY"])
-    paths.append(os.path.join(_PACKAGE_DIR, _LIBRARY_NAME))
-    paths.append(os.path.join(_REPO_ROOT, "bazel-bin", "tf_lstm_ops", _LIBRARY_NAME))
-    return paths
+        return [os.environ["TF_LSTM_OPS_LIBRARY"]]
+    return [
+        os.path.join(_PACKAGE_DIR, _LIBRARY_NAME),
+        os.path.join(_REPO_ROOT, "bazel-bin", "tf_lstm_ops", _LIBRARY_NAME),
+    ]
 
 
 def find_library():
@@ -121,6 +121,7 @@ class LazyLibrary:
 
     def __init__(self):
         self._module = None
+        self._wrappers = {}
         self._lock = threading.Lock()
 
     @property
@@ -134,7 +135,17 @@ class LazyLibrary:
         return self._module
 
     def op(self, op_name):
-        return getattr(self.module, python_op_name(op_name))
+        """The raw wrapper of an op. Marked do_not_convert: AutoGraph cannot read the source of
+        TF's generated wrappers and would warn inside every tf.function."""
+        wrapper = self._wrappers.get(op_name)
+        if wrapper is None:
+            import tensorflow as tf
+
+            wrapper = tf.autograph.experimental.do_not_convert(
+                getattr(self.module, python_op_name(op_name))
+            )
+            self._wrappers[op_name] = wrapper
+        return wrapper
 
 
 library = LazyLibrary()
