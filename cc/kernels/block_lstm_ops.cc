@@ -14,7 +14,6 @@ using CPUDevice = Eigen::ThreadPoolDevice;
 using tensorflow::OpKernel;
 using tensorflow::OpKernelConstruction;
 using tensorflow::OpKernelContext;
-using tensorflow::Status;
 using tensorflow::Tensor;
 using tensorflow::TensorShape;
 
@@ -24,7 +23,7 @@ constexpr const char* kActivationNames[] = {"i", "cs", "f", "o", "ci", "co", "h"
 
 // Allocates the named outputs with one shape and returns their data pointers.
 template <typename T, size_t N>
-Status AllocateOutputs(OpKernelContext* ctx, const char* const (&names)[N], const TensorShape& shape,
+absl::Status AllocateOutputs(OpKernelContext* ctx, const char* const (&names)[N], const TensorShape& shape,
                        T* (&data)[N]) {
   for (size_t k = 0; k < N; ++k) {
     Tensor* t;
@@ -36,7 +35,7 @@ Status AllocateOutputs(OpKernelContext* ctx, const char* const (&names)[N], cons
 
 // Allocates an output shaped like an input; zero-filled when `zero`.
 template <typename T>
-Status AllocateLike(OpKernelContext* ctx, const char* name, const Tensor& like, bool zero,
+absl::Status AllocateLike(OpKernelContext* ctx, const char* name, const Tensor& like, bool zero,
                     T** data) {
   Tensor* t;
   TF_RETURN_IF_ERROR(ctx->allocate_output(name, like.shape(), &t));
@@ -68,7 +67,7 @@ LstmActivations<const T*> OutputGradInputs(OpKernelContext* ctx, bool with_activ
 
 // Attributes, read once in the constructor. V2 has no forget_bias attr (its forget bias is 0);
 // the gradient ops only have use_peephole, and BlockLSTMFullGrad names its gate_layout.
-Status ReadAttrs(OpKernelConstruction* ctx, GateLayout layout, bool forward, LstmAttrs* attrs) {
+absl::Status ReadAttrs(OpKernelConstruction* ctx, GateLayout layout, bool forward, LstmAttrs* attrs) {
   *attrs = LstmAttrs{layout, 0.0f, 0.0f, false};
   if (ctx->HasAttr("gate_layout")) {
     std::string name;

@@ -23,7 +23,6 @@ namespace {
 
 using CPUDevice = Eigen::ThreadPoolDevice;
 using tensorflow::OpKernelContext;
-using tensorflow::Status;
 using tensorflow::Tensor;
 
 // Compute type: float for half/bfloat16/float, double for double.
@@ -37,7 +36,7 @@ struct AccTypeOf<double> {
 };
 
 template <typename A>
-Status AllocateScratch(OpKernelContext* ctx, int64_t n, Tensor* holder, A** out) {
+absl::Status AllocateScratch(OpKernelContext* ctx, int64_t n, Tensor* holder, A** out) {
   TF_RETURN_IF_ERROR(ctx->allocate_temp(tensorflow::DataTypeToEnum<A>::value,
                                         tensorflow::TensorShape({n}), holder));
   *out = holder->flat<A>().data();
@@ -68,7 +67,7 @@ void Convert(const CPUDevice& d, const From* src, double* dst, int64_t n) {
 
 // `n` values of T seen as A: the buffer itself when T == A, otherwise a converted scratch copy.
 template <typename T, typename A>
-Status AsAcc(OpKernelContext* ctx, const T* src, int64_t n, Tensor* holder, const A** out) {
+absl::Status AsAcc(OpKernelContext* ctx, const T* src, int64_t n, Tensor* holder, const A** out) {
   if constexpr (std::is_same_v<T, A>) {
     *out = src;
   } else {
@@ -144,7 +143,7 @@ struct Peepholes {
   Tensor holder[3];
   const A *wci = nullptr, *wcf = nullptr, *wco = nullptr;
 
-  Status Init(OpKernelContext* ctx, const LstmAttrs& attrs, const LstmInputs<T>& in, int64_t h) {
+  absl::Status Init(OpKernelContext* ctx, const LstmAttrs& attrs, const LstmInputs<T>& in, int64_t h) {
     if (!attrs.use_peephole) return absl::OkStatus();
     TF_RETURN_IF_ERROR(AsAcc(ctx, in.wci, h, &holder[0], &wci));
     TF_RETURN_IF_ERROR(AsAcc(ctx, in.wcf, h, &holder[1], &wcf));
@@ -220,7 +219,7 @@ void PeepholeGrads(const CPUDevice& d, const LstmAttrs& attrs, int64_t rows, int
 
 template <typename T>
 struct LstmForward<CPUDevice, T> {
-  Status operator()(OpKernelContext* ctx, const LstmDims& dims, const LstmAttrs& attrs,
+  absl::Status operator()(OpKernelContext* ctx, const LstmDims& dims, const LstmAttrs& attrs,
                     int64_t seq_len_max, const LstmInputs<T>& in, const LstmActivations<T*>& out) {
     using A = typename AccTypeOf<T>::type;
     const CPUDevice& d = ctx->eigen_device<CPUDevice>();
@@ -301,7 +300,7 @@ struct LstmForward<CPUDevice, T> {
 
 template <typename T>
 struct LstmBackward<CPUDevice, T> {
-  Status operator()(OpKernelContext* ctx, const LstmDims& dims, const LstmAttrs& attrs,
+  absl::Status operator()(OpKernelContext* ctx, const LstmDims& dims, const LstmAttrs& attrs,
                     int64_t seq_len_max, const LstmInputs<T>& in,
                     const LstmActivations<const T*>& act,
                     const LstmActivations<const T*>& out_grads, const LstmInputGrads<T>& grads) {
@@ -387,7 +386,7 @@ struct LstmBackward<CPUDevice, T> {
 
 template <typename T>
 struct LstmCellBackward<CPUDevice, T> {
-  Status operator()(OpKernelContext* ctx, const LstmDims& dims, const LstmAttrs& attrs,
+  absl::Status operator()(OpKernelContext* ctx, const LstmDims& dims, const LstmAttrs& attrs,
                     const LstmInputs<T>& in, const LstmActivations<const T*>& act,
                     const LstmActivations<const T*>& out_grads, T* cs_prev_grad, T* dgates_out,
                     T* wci_grad, T* wcf_grad, T* wco_grad) {

@@ -45,7 +45,7 @@ struct LstmInputGrads {
 // zero at steps >= seq_len_max.
 template <typename Device, typename T>
 struct LstmForward {
-  tensorflow::Status operator()(tensorflow::OpKernelContext* ctx, const LstmDims& dims,
+  absl::Status operator()(tensorflow::OpKernelContext* ctx, const LstmDims& dims,
                                 const LstmAttrs& attrs, int64_t seq_len_max,
                                 const LstmInputs<T>& in, const LstmActivations<T*>& out);
 };
@@ -56,7 +56,7 @@ struct LstmForward {
 // zero-fills them otherwise).
 template <typename Device, typename T>
 struct LstmBackward {
-  tensorflow::Status operator()(tensorflow::OpKernelContext* ctx, const LstmDims& dims,
+  absl::Status operator()(tensorflow::OpKernelContext* ctx, const LstmDims& dims,
                                 const LstmAttrs& attrs, int64_t seq_len_max,
                                 const LstmInputs<T>& in, const LstmActivations<const T*>& act,
                                 const LstmActivations<const T*>& out_grads,
@@ -68,7 +68,7 @@ struct LstmBackward {
 // cs_prev_grad [B,H], dgates [B,4H] and, with use_peephole, wci/wcf/wco_grad [H].
 template <typename Device, typename T>
 struct LstmCellBackward {
-  tensorflow::Status operator()(tensorflow::OpKernelContext* ctx, const LstmDims& dims,
+  absl::Status operator()(tensorflow::OpKernelContext* ctx, const LstmDims& dims,
                                 const LstmAttrs& attrs, const LstmInputs<T>& in,
                                 const LstmActivations<const T*>& act,
                                 const LstmActivations<const T*>& out_grads, T* cs_prev_grad,

@@ -24,13 +24,13 @@ struct NamedDim {
   const char* meaning;
 };
 
-inline tensorflow::Status CheckRank(const tensorflow::Tensor& t, const char* name, int rank) {
+inline absl::Status CheckRank(const tensorflow::Tensor& t, const char* name, int rank) {
   if (t.dims() == rank) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(name, " must be rank ", rank, " but has shape ",
                                                  t.shape().DebugString()));
 }
 
-inline tensorflow::Status CheckShape(const tensorflow::Tensor& t, const char* name,
+inline absl::Status CheckShape(const tensorflow::Tensor& t, const char* name,
                                      std::initializer_list<NamedDim> dims) {
   bool ok = t.dims() == static_cast<int>(dims.size());
   int k = 0;
@@ -47,7 +47,7 @@ inline tensorflow::Status CheckShape(const tensorflow::Tensor& t, const char* na
 }
 
 // a * b, or an InvalidArgument naming `what` when it overflows int64.
-inline tensorflow::Status CheckedProduct(std::initializer_list<int64_t> factors, const char* what,
+inline absl::Status CheckedProduct(std::initializer_list<int64_t> factors, const char* what,
                                          int64_t* out) {
   int64_t product = 1;
   for (int64_t f : factors) {
@@ -72,7 +72,7 @@ inline const tensorflow::Tensor& NamedInput(tensorflow::OpKernelContext* ctx, co
 struct CommonInputs {
   const tensorflow::Tensor *x, *cs_prev, *h_prev, *w, *wci, *wcf, *wco, *b;
 
-  tensorflow::Status Fetch(tensorflow::OpKernelContext* ctx) {
+  absl::Status Fetch(tensorflow::OpKernelContext* ctx) {
     TF_RETURN_IF_ERROR(ctx->input("x", &x));
     TF_RETURN_IF_ERROR(ctx->input("cs_prev", &cs_prev));
     TF_RETURN_IF_ERROR(ctx->input("h_prev", &h_prev));
@@ -96,7 +96,7 @@ enum class CellSizeFrom { kCsPrev, kW };
 // Validates the common inputs: x is [T, B, I] (sequence) or [B, I] (cell); cs_prev and h_prev
 // [B, H]; w [I + H, 4H]; b [4H]; wci/wcf/wco rank 1, and [H] when `check_peephole_len`. H comes
 // from cs_prev (forward and cell ops, as in TF) or from w (sequence gradient ops, as in TF).
-inline tensorflow::Status ValidateCommon(const CommonInputs& in, bool sequence,
+inline absl::Status ValidateCommon(const CommonInputs& in, bool sequence,
                                          CellSizeFrom cell_from, bool check_peephole_len,
                                          LstmDims* dims) {
   const int x_rank = sequence ? 3 : 2;
@@ -149,7 +149,7 @@ inline tensorflow::Status ValidateCommon(const CommonInputs& in, bool sequence,
 }
 
 // seq_len_max must be an int64 scalar in [0, T].
-inline tensorflow::Status ValidateSeqLenMax(const tensorflow::Tensor& t, int64_t time,
+inline absl::Status ValidateSeqLenMax(const tensorflow::Tensor& t, int64_t time,
                                             int64_t* seq_len_max) {
   if (t.dims() != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -165,7 +165,7 @@ inline tensorflow::Status ValidateSeqLenMax(const tensorflow::Tensor& t, int64_t
 }
 
 // Each named input must have exactly `dims` ([T, B, H] activations and gradients).
-inline tensorflow::Status ValidateSameShape(tensorflow::OpKernelContext* ctx,
+inline absl::Status ValidateSameShape(tensorflow::OpKernelContext* ctx,
                                             std::initializer_list<const char*> names,
                                             std::initializer_list<NamedDim> dims) {
   for (const char* name : names) {
@@ -177,7 +177,7 @@ inline tensorflow::Status ValidateSameShape(tensorflow::OpKernelContext* ctx,
 }
 
 // A shape built from validated sizes (still checked: TensorShape's constructor aborts on overflow).
-inline tensorflow::Status MakeShape(std::initializer_list<int64_t> dims,
+inline absl::Status MakeShape(std::initializer_list<int64_t> dims,
                                     tensorflow::TensorShape* shape) {
   return tensorflow::TensorShapeUtils::MakeShape(dims.begin(), dims.size(), shape);
 }

@@ -8,7 +8,6 @@
 namespace tf_lstm_ops {
 namespace {
 
-using tensorflow::Status;
 using tensorflow::shape_inference::DimensionHandle;
 using tensorflow::shape_inference::InferenceContext;
 using tensorflow::shape_inference::ShapeHandle;
@@ -22,7 +21,7 @@ struct Dims {
 
 // Merges B, I, H from x, cs_prev, h_prev, w, b (and wci/wcf/wco when their length is meaningful).
 // `first` is the index of x (1 when seq_len_max precedes it); `x_rank` 2 (cell) or 3 (sequence).
-Status InferLstmDims(InferenceContext* c, int first, int x_rank, bool check_peephole_len,
+absl::Status InferLstmDims(InferenceContext* c, int first, int x_rank, bool check_peephole_len,
                      Dims* dims) {
   ShapeHandle x, cs_prev, h_prev, w, b;
   TF_RETURN_IF_ERROR(c->WithRank(c->input(first), x_rank, &x));
@@ -58,7 +57,7 @@ Status InferLstmDims(InferenceContext* c, int first, int x_rank, bool check_peep
 }
 
 // Merges each of inputs [first, first + count) with `shape`.
-Status MergeInputs(InferenceContext* c, int first, int count, ShapeHandle shape) {
+absl::Status MergeInputs(InferenceContext* c, int first, int count, ShapeHandle shape) {
   for (int k = first; k < first + count; ++k) {
     ShapeHandle unused;
     TF_RETURN_IF_ERROR(c->Merge(c->input(k), shape, &unused));
@@ -66,7 +65,7 @@ Status MergeInputs(InferenceContext* c, int first, int count, ShapeHandle shape)
   return absl::OkStatus();
 }
 
-Status SeqLenMaxIsScalar(InferenceContext* c) {
+absl::Status SeqLenMaxIsScalar(InferenceContext* c) {
   ShapeHandle unused;
   return c->WithRank(c->input(0), 0, &unused);
 }
@@ -76,14 +75,14 @@ bool PeepholeAttr(InferenceContext* c) {
   return c->GetAttr("use_peephole", &use_peephole).ok() && use_peephole;
 }
 
-Status CellShape(InferenceContext* c) {
+absl::Status CellShape(InferenceContext* c) {
   Dims d;
   TF_RETURN_IF_ERROR(InferLstmDims(c, 0, 2, PeepholeAttr(c), &d));
   for (int k = 0; k < 7; ++k) c->set_output(k, c->Matrix(d.batch, d.cell));
   return absl::OkStatus();
 }
 
-Status CellGradShape(InferenceContext* c) {
+absl::Status CellGradShape(InferenceContext* c) {
   Dims d;
   TF_RETURN_IF_ERROR(InferLstmDims(c, 0, 2, PeepholeAttr(c), &d));
   ShapeHandle bh = c->Matrix(d.batch, d.cell);
@@ -96,7 +95,7 @@ Status CellGradShape(InferenceContext* c) {
   return absl::OkStatus();
 }
 
-Status SequenceShape(InferenceContext* c) {
+absl::Status SequenceShape(InferenceContext* c) {
   TF_RETURN_IF_ERROR(SeqLenMaxIsScalar(c));
   Dims d;
   TF_RETURN_IF_ERROR(InferLstmDims(c, 1, 3, /*check_peephole_len=*/true, &d));
@@ -104,7 +103,7 @@ Status SequenceShape(InferenceContext* c) {
   return absl::OkStatus();
 }
 
-Status SequenceGradShape(InferenceContext* c) {
+absl::Status SequenceGradShape(InferenceContext* c) {
   TF_RETURN_IF_ERROR(SeqLenMaxIsScalar(c));
   Dims d;
   TF_RETURN_IF_ERROR(InferLstmDims(c, 1, 3, /*check_peephole_len=*/true, &d));
