@@ -82,16 +82,29 @@ absl::Status CellShape(InferenceContext* c) {
   return absl::OkStatus();
 }
 
+// Sets output k to input `like`'s shape merged with what the sizes say (`derived`).
+absl::Status SetMerged(InferenceContext* c, int k, int like, ShapeHandle derived) {
+  ShapeHandle merged;
+  TF_RETURN_IF_ERROR(c->Merge(c->input(like), derived, &merged));
+  c->set_output(k, merged);
+  return absl::OkStatus();
+}
+
 absl::Status CellGradShape(InferenceContext* c) {
   Dims d;
-  TF_RETURN_IF_ERROR(InferLstmDims(c, 0, 2, PeepholeAttr(c), &d));
+  const bool peephole = PeepholeAttr(c);
+  TF_RETURN_IF_ERROR(InferLstmDims(c, 0, 2, peephole, &d));
   ShapeHandle bh = c->Matrix(d.batch, d.cell);
   TF_RETURN_IF_ERROR(MergeInputs(c, 8, 8, bh));  // i, cs, f, o, ci, co, cs_grad, h_grad
   DimensionHandle gates;
   TF_RETURN_IF_ERROR(c->Multiply(d.cell, 4, &gates));
-  c->set_output(0, bh);
+  TF_RETURN_IF_ERROR(SetMerged(c, 0, 1, bh));
   c->set_output(1, c->Matrix(d.batch, gates));
-  for (int k = 0; k < 3; ++k) c->set_output(2 + k, c->input(4 + k));  // shaped like wci/wcf/wco
+  // Shaped like wci/wcf/wco: [H] with use_peephole; otherwise any length (zeros).
+  for (int k = 0; k < 3; ++k) {
+    TF_RETURN_IF_ERROR(
+        SetMerged(c, 2 + k, 4 + k, peephole ? c->Vector(d.cell) : c->Vector(c->UnknownDim())));
+  }
   return absl::OkStatus();
 }
 
@@ -113,12 +126,16 @@ absl::Status SequenceGradShape(InferenceContext* c) {
   DimensionHandle rows, gates;
   TF_RETURN_IF_ERROR(c->Add(d.input, d.cell, &rows));
   TF_RETURN_IF_ERROR(c->Multiply(d.cell, 4, &gates));
-  c->set_output(0, c->MakeShape({d.time, d.batch, d.input}));
-  c->set_output(1, c->Matrix(d.batch, d.cell));
-  c->set_output(2, c->Matrix(d.batch, d.cell));
-  c->set_output(3, c->Matrix(rows, gates));
-  for (int k = 4; k < 7; ++k) c->set_output(k, c->Vector(d.cell));
-  c->set_output(7, c->Vector(gates));
+  // Each gradient is shaped like its input (1 + k), merged with what the sizes say.
+  const ShapeHandle derived[8] = {c->MakeShape({d.time, d.batch, d.input}),
+                                  c->Matrix(d.batch, d.cell),
+                                  c->Matrix(d.batch, d.cell),
+                                  c->Matrix(rows, gates),
+                                  c->Vector(d.cell),
+                                  c->Vector(d.cell),
+                                  c->Vector(d.cell),
+                                  c->Vector(gates)};
+  for (int k = 0; k < 8; ++k) TF_RETURN_IF_ERROR(SetMerged(c, k, 1 + k, derived[k]));
   return absl::OkStatus();
 }
 
