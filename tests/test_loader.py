@@ -70,12 +70,10 @@ def test_library_without_the_ops_is_rejected(monkeypatch):
         _loader.load(tf)
 
 
-def test_import_never_fails_and_first_use_explains(tmp_path):
-    """`import tf_lstm_ops` works without the library; the first op use raises ImportError."""
+def test_import_without_the_library_is_a_clear_import_error(tmp_path):
     script = (
-        "import tf_lstm_ops\n"
         "try:\n"
-        "    tf_lstm_ops.raw.BlockLSTMV2\n"
+        "    import tf_lstm_ops\n"
         "except ImportError as e:\n"
         "    print('ImportError:', e)\n"
     )
@@ -86,12 +84,22 @@ def test_import_never_fails_and_first_use_explains(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert "ImportError: tf_lstm_ops: the op library _lstm_ops.so was not found" in out.stdout
+    assert "configure.sh" in out.stdout
+
+
+def test_import_registers_cpu_kernels_for_tf_core_cudnn_ops():
+    """After `import tf_lstm_ops` (done at the top of this file), TF's own op names run on CPU."""
+    for name in _loader.CUDNN_OP_NAMES:
+        registered = kernels.get_registered_kernels_for_op(name)
+        assert any(k.device_type == "CPU" for k in registered.kernel), name
 
 
 def test_raw_namespace_lists_exactly_the_tf_raw_ops():
     assert sorted(dir(tf_lstm_ops.raw)) == sorted(
         ["LSTMBlockCell", "LSTMBlockCellGrad", "BlockLSTM", "BlockLSTMGrad", "BlockLSTMV2",
-         "BlockLSTMGradV2"]
+         "BlockLSTMGradV2"] + list(_loader.CUDNN_OP_NAMES)
     )  # fmt: skip
+    for name in dir(tf_lstm_ops.raw):
+        assert hasattr(tf.raw_ops, name), name
     with pytest.raises(AttributeError):
         tf_lstm_ops.raw.BlockLSTMFullGrad  # ours, not a tf.raw_ops name

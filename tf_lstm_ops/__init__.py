@@ -1,10 +1,13 @@
-"""tf_lstm_ops: fast, correct LSTM kernels for TensorFlow, loaded as a custom-op plugin.
+"""tf_lstm_ops: fast, correct LSTM and cuDNN-format RNN kernels for TensorFlow (custom ops).
 
     import tf_lstm_ops
     out = tf_lstm_ops.raw.BlockLSTMV2(**kwargs)    # drop-in for tf.raw_ops.BlockLSTMV2
     out = tf_lstm_ops.block_lstm(x, w, b)          # Pythonic wrapper
+    out = tf.raw_ops.CudnnRNNV3(**kwargs)          # TF's own op, now with a CPU kernel
 
-The compiled library loads on first use; gradients are registered on import.
+Importing loads the op library (an ImportError says why when it cannot) and registers the
+gradients: the CPU kernels for TF's own CudnnRNN op names exist from then on, so graphs and
+SavedModels that contain them run on CPU.
 """
 
 from tf_lstm_ops import _gradients  # noqa: F401  (registers the gradients, once)
@@ -18,5 +21,8 @@ __all__ = ["raw", "block_lstm", "lstm_block_cell", "LSTMOutputs", "load_library"
 
 
 def load_library():
-    """Loads the op library now (it otherwise loads on first use); raises ImportError on failure."""
+    """The loaded op library module (TF's generated wrappers of every op in it)."""
     return _library.module
+
+
+load_library()

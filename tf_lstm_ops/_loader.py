@@ -1,4 +1,4 @@
-"""Finds, checks and loads the compiled op library, once, on first use.
+"""Finds, checks and loads the compiled op library, once (`import tf_lstm_ops` does it).
 
 Search order: $TF_LSTM_OPS_LIBRARY, the package directory (an installed wheel), then the
 repository's bazel-bin (a source checkout after ./configure.sh). Every failure is an ImportError
@@ -15,6 +15,20 @@ _REPO_ROOT = os.path.dirname(_PACKAGE_DIR)
 
 # TF op names (namespaced: TF silently ignores a plugin op registered under a core name).
 OP_NAMESPACE = "TfLstm>"
+# The CudnnRNN family: also registered as CPU kernels for TF's own op names.
+CUDNN_OP_NAMES = (
+    "CudnnRNN",
+    "CudnnRNNV2",
+    "CudnnRNNV3",
+    "CudnnRNNBackprop",
+    "CudnnRNNBackpropV2",
+    "CudnnRNNBackpropV3",
+    "CudnnRNNParamsSize",
+    "CudnnRNNParamsToCanonical",
+    "CudnnRNNParamsToCanonicalV2",
+    "CudnnRNNCanonicalToParams",
+    "CudnnRNNCanonicalToParamsV2",
+)
 OP_NAMES = (
     "LSTMBlockCell",
     "LSTMBlockCellGrad",
@@ -23,7 +37,7 @@ OP_NAMES = (
     "BlockLSTMV2",
     "BlockLSTMGradV2",
     "BlockLSTMFullGrad",  # ours: the gradient w.r.t. all seven outputs
-)
+) + CUDNN_OP_NAMES
 
 _REBUILD_HINT = "rebuild it with ./configure.sh (or: bazel build //:tf_lstm_ops/_lstm_ops.so)"
 
@@ -116,8 +130,8 @@ def python_op_name(op_name):
     return OP_NAMESPACE.replace(">", "_") + op_name
 
 
-class LazyLibrary:
-    """The op module, loaded on first attribute access (so `import tf_lstm_ops` never fails)."""
+class Library:
+    """The op module, loaded on first access and then cached."""
 
     def __init__(self):
         self._module = None
@@ -148,4 +162,4 @@ class LazyLibrary:
         return wrapper
 
 
-library = LazyLibrary()
+library = Library()

@@ -3,10 +3,9 @@
 Each function has ``tf.raw_ops.X``'s exact argument names, order and defaults (keyword arguments
 only) and returns a namedtuple with the same output names. They additionally accept bfloat16 and
 float64, have correct registered gradients, and reject bad shapes with InvalidArgumentError.
-The op library is loaded on first use.
 """
 
-from tf_lstm_ops._loader import library
+from tf_lstm_ops._loader import CUDNN_OP_NAMES, library
 
 __all__ = [
     "LSTMBlockCell",
@@ -15,7 +14,7 @@ __all__ = [
     "BlockLSTMGrad",
     "BlockLSTMV2",
     "BlockLSTMGradV2",
-]
+] + list(CUDNN_OP_NAMES)
 
 
 def __getattr__(name):

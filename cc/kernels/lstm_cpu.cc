@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "cc/kernels/cpu_linalg.h"
 #include "cc/kernels/lstm_cell.h"
 #include "cc/kernels/lstm_functor.h"
 #include "tensorflow/core/framework/bfloat16.h"
@@ -24,110 +25,7 @@ namespace {
 using CPUDevice = Eigen::ThreadPoolDevice;
 using tensorflow::OpKernelContext;
 using tensorflow::Tensor;
-
-// Compute type: float for half/bfloat16/float, double for double.
-template <typename T>
-struct AccTypeOf {
-  using type = float;
-};
-template <>
-struct AccTypeOf<double> {
-  using type = double;
-};
-
-template <typename A>
-absl::Status AllocateScratch(OpKernelContext* ctx, int64_t n, Tensor* holder, A** out) {
-  TF_RETURN_IF_ERROR(ctx->allocate_temp(tensorflow::DataTypeToEnum<A>::value,
-                                        tensorflow::TensorShape({n}), holder));
-  *out = holder->flat<A>().data();
-  return absl::OkStatus();
-}
-
-// Runs fn(begin, end) over [0, n) on the op's intra-op pool; `cycles` is the cost of one index.
-template <typename Fn>
-void ParallelFor(const CPUDevice& d, int64_t n, double bytes, double cycles, Fn fn) {
-  if (n <= 0) return;
-  d.parallelFor(n, Eigen::TensorOpCost(bytes, bytes, cycles),
-                [&fn](Eigen::Index begin, Eigen::Index end) { fn(begin, end); });
-}
-
-// dst[k] = To(src[k]) for k < n.
-template <typename From, typename To>
-void Convert(const CPUDevice& d, const From* src, To* dst, int64_t n) {
-  ParallelFor(d, n, sizeof(From) + sizeof(To), 2, [&](int64_t begin, int64_t end) {
-    for (int64_t k = begin; k < end; ++k) dst[k] = static_cast<To>(static_cast<float>(src[k]));
-  });
-}
-template <typename From>
-void Convert(const CPUDevice& d, const From* src, double* dst, int64_t n) {
-  ParallelFor(d, n, sizeof(From) + 8, 2, [&](int64_t begin, int64_t end) {
-    for (int64_t k = begin; k < end; ++k) dst[k] = static_cast<double>(src[k]);
-  });
-}
-
-// `n` values of T seen as A: the buffer itself when T == A, otherwise a converted scratch copy.
-template <typename T, typename A>
-absl::Status AsAcc(OpKernelContext* ctx, const T* src, int64_t n, Tensor* holder, const A** out) {
-  if constexpr (std::is_same_v<T, A>) {
-    *out = src;
-  } else {
-    A* dst;
-    TF_RETURN_IF_ERROR(AllocateScratch(ctx, n, holder, &dst));
-    Convert(ctx->eigen_device<CPUDevice>(), src, dst, n);
-    *out = dst;
-  }
-  return absl::OkStatus();
-}
-
-template <typename T>
-void Fill(const CPUDevice& d, T* dst, int64_t n, T value) {
-  ParallelFor(d, n, sizeof(T), 1, [&](int64_t begin, int64_t end) {
-    std::fill(dst + begin, dst + end, value);
-  });
-}
-
-// C[m,n] = op(A)·op(B) (+ C when accumulate); all row-major and contiguous. op(A) is [m,k]: A is
-// stored [m,k], or [k,m] when trans_a; likewise op(B) is [k,n], stored [n,k] when trans_b.
-template <typename A>
-void Gemm(const CPUDevice& d, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-          const A* a, const A* b, bool accumulate, A* c) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    if (!accumulate) Fill(d, c, m * n, A(0));
-    return;
-  }
-  using ConstMatrix = Eigen::TensorMap<Eigen::Tensor<const A, 2, Eigen::RowMajor, Eigen::Index>>;
-  using Matrix = Eigen::TensorMap<Eigen::Tensor<A, 2, Eigen::RowMajor, Eigen::Index>>;
-  ConstMatrix ta(a, trans_a ? k : m, trans_a ? m : k);
-  ConstMatrix tb(b, trans_b ? n : k, trans_b ? k : n);
-  Matrix tc(c, m, n);
-  const Eigen::array<Eigen::IndexPair<Eigen::Index>, 1> contract = {
-      Eigen::IndexPair<Eigen::Index>(trans_a ? 0 : 1, trans_b ? 1 : 0)};
-  if (accumulate) {
-    tc.device(d) += ta.contract(tb, contract);
-  } else {
-    tc.device(d) = ta.contract(tb, contract);
-  }
-}
-
-// out[j] = Σ_r term(r, j) for j < width, summed in increasing r (deterministic), parallel over j.
-template <typename A, typename T, typename Term>
-void ReduceRows(const CPUDevice& d, int64_t rows, int64_t width, Term term, T* out) {
-  constexpr int64_t kChunk = 64;
-  const int64_t chunks = (width + kChunk - 1) / kChunk;
-  ParallelFor(d, chunks, rows * kChunk * sizeof(A), rows * kChunk * 2.0,
-              [&](int64_t begin, int64_t end) {
-                A acc[kChunk];
-                for (int64_t c = begin; c < end; ++c) {
-                  const int64_t j0 = c * kChunk, j1 = std::min(width, j0 + kChunk);
-                  std::fill(acc, acc + kChunk, A(0));
-                  for (int64_t r = 0; r < rows; ++r) {
-                    for (int64_t j = j0; j < j1; ++j) acc[j - j0] += term(r, j);
-                  }
-                  for (int64_t j = j0; j < j1; ++j) out[j] = static_cast<T>(acc[j - j0]);
-                }
-              });
-}
+using namespace cpu;  // NOLINT: the shared CPU building blocks
 
 template <typename A, typename T>
 CellParams<A> MakeCellParams(const LstmAttrs& attrs) {

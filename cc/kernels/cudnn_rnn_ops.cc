@@ -1,0 +1,584 @@
+// OpKernels of the CudnnRNN family: validate every input, allocate outputs, run the functors.
+// Registered twice on CPU: for our namespaced ops (TfLstm>CudnnRNN...) and for TF's own op names,
+// which a CPU build of TF has no kernels for, so existing graphs and SavedModels run on CPU.
+#define EIGEN_USE_THREADS
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "cc/kernels/cudnn_rnn_functor.h"
+#include "cc/kernels/cudnn_rnn_layout.h"
+#include "cc/kernels/lstm_validation.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/register_types.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "unsupported/Eigen/CXX11/Tensor"
+
+namespace tf_lstm_ops {
+namespace {
+
+using CPUDevice = Eigen::ThreadPoolDevice;
+using tensorflow::OpInputList;
+using tensorflow::OpKernel;
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using tensorflow::OpOutputList;
+using tensorflow::Tensor;
+using tensorflow::TensorShape;
+
+// The attributes every op of the family has (and the optional ones some have), read once.
+struct RnnAttrs {
+  RnnMode mode = RnnMode::kLstm;
+  std::string input_mode;
+  int64_t num_dirs = 1;
+  float dropout = 0;
+  uint64_t seed = 0;
+  int64_t num_proj = 0;
+  bool is_training = false;
+  bool time_major = true;
+
+  absl::Status Read(OpKernelConstruction* ctx) {
+    std::string mode, direction;
+    TF_RETURN_IF_ERROR(ctx->GetAttr("rnn_mode", &mode));
+    mode_name = mode;
+    this->mode = mode == "lstm"       ? RnnMode::kLstm
+                 : mode == "gru"      ? RnnMode::kGru
+                 : mode == "rnn_relu" ? RnnMode::kRnnRelu
+                                      : RnnMode::kRnnTanh;
+    TF_RETURN_IF_ERROR(ctx->GetAttr("input_mode", &input_mode));
+    TF_RETURN_IF_ERROR(ctx->GetAttr("direction", &direction));
+    num_dirs = direction == "bidirectional" ? 2 : 1;
+    TF_RETURN_IF_ERROR(ctx->GetAttr("dropout", &dropout));
+    if (!(dropout >= 0 && dropout < 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("dropout must be in [0, 1) but is ", dropout));
+    }
+    int seed_attr, seed2_attr;
+    TF_RETURN_IF_ERROR(ctx->GetAttr("seed", &seed_attr));
+    TF_RETURN_IF_ERROR(ctx->GetAttr("seed2", &seed2_attr));
+    seed = (static_cast<uint64_t>(static_cast<uint32_t>(seed_attr)) << 32) |
+           static_cast<uint32_t>(seed2_attr);  // as TF combines them
+    if (ctx->HasAttr("num_proj")) {
+      int proj;
+      TF_RETURN_IF_ERROR(ctx->GetAttr("num_proj", &proj));
+      num_proj = proj;
+      if (num_proj < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("num_proj must be >= 0 but is ", proj));
+      }
+      if (num_proj > 0 && mode != "lstm") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "num_proj (", proj, ") is only supported with rnn_mode 'lstm', not '", mode, "'"));
+      }
+    }
+    if (ctx->HasAttr("is_training")) TF_RETURN_IF_ERROR(ctx->GetAttr("is_training", &is_training));
+    if (ctx->HasAttr("time_major")) TF_RETURN_IF_ERROR(ctx->GetAttr("time_major", &time_major));
+    return absl::OkStatus();
+  }
+
+  // skip_input / auto_select (auto: skip iff the input width equals the cell width).
+  absl::Status ResolveSkip(int64_t input_size, int64_t cell_width, bool* skip) const {
+    *skip = input_mode == "skip_input" || (input_mode == "auto_select" && input_size == cell_width);
+    if (num_proj > 0 && input_mode != "linear_input") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input_mode '", input_mode, "' cannot be combined with num_proj (", num_proj,
+          "): use linear_input"));
+    }
+    if (input_mode == "skip_input" && input_size != cell_width) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input_mode 'skip_input' needs input_size == num_units, but input_size is ", input_size,
+          " and num_units is ", cell_width));
+    }
+    return absl::OkStatus();
+  }
+
+  std::string mode_name;
+};
+
+// The model and run sizes of a forward or backprop call, validated (spec §2, §7).
+absl::Status ResolveRun(const RnnAttrs& attrs, const Tensor& input, const Tensor& input_h,
+                        const Tensor& input_c, const Tensor& params, const Tensor* seq_lengths,
+                        RnnModel* m, RnnRun* run) {
+  const bool lstm = attrs.mode == RnnMode::kLstm;
+  TF_RETURN_IF_ERROR(CheckRank(input, "input", 3));
+  TF_RETURN_IF_ERROR(CheckRank(input_h, "input_h", 3));
+  if (lstm) TF_RETURN_IF_ERROR(CheckRank(input_c, "input_c", 3));
+  TF_RETURN_IF_ERROR(CheckRank(params, "params", 1));
+  const int time_axis = attrs.time_major ? 0 : 1, batch_axis = 1 - time_axis;
+  run->time = input.dim_size(time_axis);
+  run->batch = input.dim_size(batch_axis);
+  run->time_major = attrs.time_major;
+  run->seq_lengths = nullptr;
+
+  const int64_t D = attrs.num_dirs, B = run->batch;
+  const int64_t states = input_h.dim_size(time_axis), Hr = input_h.dim_size(2);
+  const char* h_meaning = attrs.time_major ? "[num_layers * num_dirs, batch_size, num_units]"
+                                           : "[batch_size, num_layers * num_dirs, num_units]";
+  if (states < D || states % D != 0 || input_h.dim_size(batch_axis) != B) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input_h must have shape ", h_meaning, " with num_layers >= 1, num_dirs = ", D,
+        " and batch_size = ", B, " (from input ", input.shape().DebugString(),
+        ") but has shape ", input_h.shape().DebugString()));
+  }
+  m->mode = attrs.mode;
+  m->num_layers = states / D;
+  m->num_dirs = D;
+  m->input_size = input.dim_size(2);
+  m->num_proj = attrs.num_proj;
+  m->num_units = Hr;
+  if (lstm && attrs.num_proj > 0) {
+    m->num_units = input_c.dim_size(2);
+    if (Hr != attrs.num_proj || attrs.num_proj >= m->num_units ||
+        input_c.dim_size(0) != input_h.dim_size(0) || input_c.dim_size(1) != input_h.dim_size(1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "with num_proj = ", attrs.num_proj, ", input_h must end in num_proj and input_c in "
+          "num_units > num_proj, with equal leading dims; got input_h ",
+          input_h.shape().DebugString(), " and input_c ", input_c.shape().DebugString()));
+    }
+  } else if (lstm && input_c.shape() != input_h.shape()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input_c must have the shape of input_h ", input_h.shape().DebugString(),
+        " (no projection) but has shape ", input_c.shape().DebugString()));
+  }
+  TF_RETURN_IF_ERROR(attrs.ResolveSkip(m->input_size, Hr, &m->skip_input));
+
+  const int64_t expected = CheckedParamsSize(*m);
+  if (expected < 0) {
+    return absl::InvalidArgumentError("the parameter count of this model overflows int64");
+  }
+  if (params.dim_size(0) != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "params must have ", expected, " elements (CudnnRNNParamsSize of ", attrs.mode_name, ", ",
+        m->num_layers, " layer(s), num_units ", m->num_units, ", input_size ", m->input_size,
+        ", ", D, " direction(s)", m->has_proj() ? absl::StrCat(", num_proj ", m->num_proj) : "",
+        ") but has shape ", params.shape().DebugString()));
+  }
+  int64_t unused;
+  TF_RETURN_IF_ERROR(
+      CheckedProduct({run->time, B, D, std::max(Hr, m->input_size)}, "output size", &unused));
+
+  if (seq_lengths != nullptr) {
+    TF_RETURN_IF_ERROR(CheckShape(*seq_lengths, "sequence_lengths", {{B, "batch_size"}}));
+    const auto lengths = seq_lengths->flat<int32_t>();
+    for (int64_t b = 0; b < B; ++b) {
+      if (lengths(b) < 0 || lengths(b) > run->time) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "sequence_lengths[", b, "] must be in [0, max_time = ", run->time, "] but is ",
+            lengths(b)));
+      }
+    }
+    run->seq_lengths = lengths.data();
+  }
+  if (RnnWorkspaceBytes(*m, *run, true, 8) < 0) {
+    return absl::InvalidArgumentError("the activations of this run overflow int64 bytes");
+  }
+  return absl::OkStatus();
+}
+
+TensorShape OutputShape(const RnnModel& m, const RnnRun& run) {
+  const int64_t width = m.num_dirs * m.output_width();
+  return run.time_major ? TensorShape({run.time, run.batch, width})
+                        : TensorShape({run.batch, run.time, width});
+}
+
+// Reserve space elements of T holding `bytes`.
+int64_t ReserveElements(int64_t bytes, int64_t elem) { return (bytes + elem - 1) / elem; }
+
+// CudnnRNN (kVersion 1), CudnnRNNV2 (2), CudnnRNNV3 (3).
+template <typename T, int kVersion>
+class CudnnRNNForwardOp : public OpKernel {
+ public:
+  explicit CudnnRNNForwardOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, attrs_.Read(ctx));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& input = ctx->input(0);
+    const Tensor& input_h = ctx->input(1);
+    const Tensor& input_c = ctx->input(2);
+    const Tensor& params = ctx->input(3);
+    const Tensor* seq_lengths = kVersion == 3 ? &ctx->input(4) : nullptr;
+    RnnModel m;
+    RnnRun run;
+    OP_REQUIRES_OK(ctx, ResolveRun(attrs_, input, input_h, input_c, params, seq_lengths, &m, &run));
+    const bool lstm = m.mode == RnnMode::kLstm;
+
+    Tensor *output, *output_h, *output_c, *reserve;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, OutputShape(m, run), &output));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, input_h.shape(), &output_h));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, lstm ? input_c.shape() : TensorShape({}),
+                                             &output_c));
+    if (!lstm) output_c->scalar<T>()() = T(0);  // TF leaves it uninitialised
+
+    using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    const RnnDropout dropout{attrs_.is_training ? attrs_.dropout : 0.0f, attrs_.seed,
+                             call_.fetch_add(1)};
+    const int64_t bytes = RnnWorkspaceBytes(m, run, dropout.active(m), sizeof(Acc));
+    Tensor scratch;
+    uint8_t* workspace;
+    if (attrs_.is_training) {  // the reserve space: what our Backprop needs
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(
+                              3, TensorShape({ReserveElements(bytes, sizeof(T))}), &reserve));
+      workspace = reinterpret_cast<uint8_t*>(reserve->flat<T>().data());
+    } else {
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(3, TensorShape({}), &reserve));
+      reserve->scalar<T>()() = T(0);
+      OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_UINT8, TensorShape({bytes}), &scratch));
+      workspace = scratch.flat<uint8_t>().data();
+    }
+    RnnReserveHeader header{};
+    header.magic = kRnnReserveMagic;
+    header.config_hash = RnnConfigHash(m, run, dropout, sizeof(T));
+    header.bytes = bytes;
+    header.dropout = dropout.active(m) ? 1 : 0;
+    std::memcpy(workspace, &header, sizeof(header));
+
+    if (kVersion >= 2) {  // {algo id, tensor-op flag} for V2 training; a scalar otherwise
+      Tensor* host_reserved;
+      const bool pair = kVersion == 2 && attrs_.is_training;
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(4, pair ? TensorShape({2}) : TensorShape({}),
+                                               &host_reserved));
+      host_reserved->flat<int8_t>().setZero();
+    }
+    OP_REQUIRES_OK(ctx, CudnnRnnForward<CPUDevice, T>()(
+                            ctx, m, run, dropout, input.flat<T>().data(),
+                            input_h.flat<T>().data(), lstm ? input_c.flat<T>().data() : nullptr,
+                            params.flat<T>().data(), output->flat<T>().data(),
+                            output_h->flat<T>().data(), lstm ? output_c->flat<T>().data() : nullptr,
+                            workspace));
+  }
+
+ private:
+  RnnAttrs attrs_;
+  std::atomic<uint64_t> call_{0};  // dropout masks differ call to call, like cuDNN's RNG state
+};
+
+// CudnnRNNBackprop (kVersion 1), V2 (2), V3 (3).
+template <typename T, int kVersion>
+class CudnnRNNBackpropOp : public OpKernel {
+ public:
+  explicit CudnnRNNBackpropOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, attrs_.Read(ctx));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor* in[13];
+    const char* names[] = {"input",           "input_h",           "input_c",
+                           "params",          "output",            "output_h",
+                           "output_c",        "output_backprop",   "output_h_backprop",
+                           "output_c_backprop", "reserve_space"};
+    for (int k = 0; k < 11; ++k) OP_REQUIRES_OK(ctx, ctx->input(names[k], &in[k]));
+    const Tensor* seq_lengths = nullptr;
+    if (kVersion == 3) OP_REQUIRES_OK(ctx, ctx->input("sequence_lengths", &seq_lengths));
+    RnnModel m;
+    RnnRun run;
+    OP_REQUIRES_OK(ctx, ResolveRun(attrs_, *in[0], *in[1], *in[2], *in[3], seq_lengths, &m, &run));
+    const bool lstm = m.mode == RnnMode::kLstm;
+
+    // The forward results and their gradients must have the forward's shapes.
+    const TensorShape output_shape = OutputShape(m, run);
+    for (int k : {4, 7}) {
+      OP_REQUIRES(ctx, in[k]->shape() == output_shape,
+                  absl::InvalidArgumentError(absl::StrCat(
+                      names[k], " must have the forward output's shape ",
+                      output_shape.DebugString(), " but has shape ",
+                      in[k]->shape().DebugString())));
+    }
+    for (int k : {5, 8}) {
+      OP_REQUIRES(ctx, in[k]->shape() == in[1]->shape(),
+                  absl::InvalidArgumentError(absl::StrCat(
+                      names[k], " must have the shape of input_h ", in[1]->shape().DebugString(),
+                      " but has shape ", in[k]->shape().DebugString())));
+    }
+    if (lstm) {
+      for (int k : {6, 9}) {
+        OP_REQUIRES(ctx, in[k]->shape() == in[2]->shape(),
+                    absl::InvalidArgumentError(absl::StrCat(
+                        names[k], " must have the shape of input_c ",
+                        in[2]->shape().DebugString(), " but has shape ",
+                        in[k]->shape().DebugString())));
+      }
+    }
+    // The reserve space must come from our forward with this exact configuration.
+    using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    const Tensor& reserve = *in[10];
+    const int64_t reserve_bytes = reserve.NumElements() * static_cast<int64_t>(sizeof(T));
+    RnnReserveHeader header{};
+    if (reserve.dims() == 1 && reserve_bytes >= static_cast<int64_t>(sizeof(header))) {
+      std::memcpy(&header, reserve.flat<T>().data(), sizeof(header));
+    }
+    const RnnDropout dropout{attrs_.dropout, attrs_.seed, 0};
+    OP_REQUIRES(
+        ctx,
+        header.magic == kRnnReserveMagic && header.bytes <= reserve_bytes &&
+            header.dropout == (dropout.active(m) ? 1u : 0u) &&
+            header.config_hash == RnnConfigHash(m, run, dropout, sizeof(T)) &&
+            header.bytes == RnnWorkspaceBytes(m, run, dropout.active(m), sizeof(Acc)),
+        absl::InvalidArgumentError(absl::StrCat(
+            "reserve_space ", reserve.shape().DebugString(),
+            " was not produced by a training-mode (is_training=true) forward pass of this "
+            "model with these inputs' shapes, sequence_lengths, dropout and dtype")));
+
+    Tensor *input_backprop, *input_h_backprop, *input_c_backprop, *params_backprop;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, in[0]->shape(), &input_backprop));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, in[1]->shape(), &input_h_backprop));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, lstm ? in[2]->shape() : TensorShape({}),
+                                             &input_c_backprop));
+    if (!lstm) input_c_backprop->scalar<T>()() = T(0);
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(3, in[3]->shape(), &params_backprop));
+    auto data = [](const Tensor* t) { return t->flat<T>().data(); };
+    OP_REQUIRES_OK(
+        ctx, CudnnRnnBackward<CPUDevice, T>()(
+                 ctx, m, run, data(in[0]), data(in[1]), lstm ? data(in[2]) : nullptr, data(in[3]),
+                 data(in[7]), data(in[8]), lstm ? data(in[9]) : nullptr,
+                 reinterpret_cast<const uint8_t*>(reserve.flat<T>().data()),
+                 input_backprop->flat<T>().data(), input_h_backprop->flat<T>().data(),
+                 lstm ? input_c_backprop->flat<T>().data() : nullptr,
+                 params_backprop->flat<T>().data()));
+  }
+
+ private:
+  RnnAttrs attrs_;
+};
+
+// The model the params ops describe, from their three int32 scalars and the attrs.
+absl::Status ModelFromScalars(OpKernelContext* ctx, const RnnAttrs& attrs, RnnModel* m) {
+  const char* names[] = {"num_layers", "num_units", "input_size"};
+  int64_t values[3];
+  for (int k = 0; k < 3; ++k) {
+    const Tensor& t = ctx->input(k);
+    if (t.dims() != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(names[k], " must be a scalar but has shape ", t.shape().DebugString()));
+    }
+    values[k] = t.scalar<int32_t>()();
+    if (values[k] < (k == 2 ? 0 : 1)) {
+      return absl::InvalidArgumentError(absl::StrCat(names[k], " must be >= ", k == 2 ? 0 : 1,
+                                                     " but is ", values[k]));
+    }
+  }
+  *m = RnnModel{attrs.mode, values[0], values[1], values[2], attrs.num_proj, attrs.num_dirs,
+                false};
+  if (attrs.num_proj > 0 && attrs.num_proj >= m->num_units) {
+    return absl::InvalidArgumentError(absl::StrCat("num_proj (", attrs.num_proj,
+                                                   ") must be smaller than num_units (",
+                                                   m->num_units, ")"));
+  }
+  TF_RETURN_IF_ERROR(attrs.ResolveSkip(m->input_size, m->num_units, &m->skip_input));
+  if (CheckedParamsSize(*m) < 0) {
+    return absl::InvalidArgumentError("the parameter count of this model overflows int64");
+  }
+  return absl::OkStatus();
+}
+
+template <typename T, typename S>
+class CudnnRNNParamsSizeOp : public OpKernel {
+ public:
+  explicit CudnnRNNParamsSizeOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, attrs_.Read(ctx));
+  }
+  void Compute(OpKernelContext* ctx) override {
+    RnnModel m;
+    OP_REQUIRES_OK(ctx, ModelFromScalars(ctx, attrs_, &m));
+    const int64_t size = CheckedParamsSize(m);
+    OP_REQUIRES(ctx, size <= std::numeric_limits<S>::max(),
+                absl::InvalidArgumentError(absl::StrCat(
+                    "params_size ", size, " does not fit the output type; use S=int64")));
+    Tensor* out;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({1}), &out));
+    out->flat<S>()(0) = static_cast<S>(size);
+  }
+
+ private:
+  RnnAttrs attrs_;
+};
+
+// One canonical tensor: where it lives in params and its shape.
+struct CanonicalRegion {
+  int64_t offset, rows, cols;  // cols = 0 for biases (rank 1)
+};
+
+// The canonical weights and biases of a model, in canonical order (spec §5.1).
+void CanonicalRegions(const RnnModel& m, std::vector<CanonicalRegion>* weights,
+                      std::vector<CanonicalRegion>* biases) {
+  const int64_t H = m.num_units, Hr = m.output_width();
+  for (int64_t p = 0; p < m.num_pseudo_layers(); ++p) {
+    const PseudoLayerRegions reg = RegionsOf(m, p);
+    const int64_t cols = m.w_cols(p / m.num_dirs);
+    for (int g = 0; g < m.gates(); ++g) weights->push_back({reg.w + g * H * cols, H, cols});
+    for (int g = 0; g < m.gates(); ++g) weights->push_back({reg.r + g * H * Hr, H, Hr});
+    if (m.has_proj()) weights->push_back({reg.proj, m.num_proj, H});
+    for (int g = 0; g < m.gates(); ++g) biases->push_back({reg.bias_w + g * H, H, 0});
+    for (int g = 0; g < m.gates(); ++g) biases->push_back({reg.bias_r + g * H, H, 0});
+  }
+}
+
+// The counts the op's attrs promise must be the model's (V1: num_params for both lists).
+absl::Status CheckCounts(OpKernelConstruction* ctx, bool v2, int* num_weights, int* num_biases) {
+  if (v2) {
+    TF_RETURN_IF_ERROR(ctx->GetAttr("num_params_weights", num_weights));
+    return ctx->GetAttr("num_params_biases", num_biases);
+  }
+  TF_RETURN_IF_ERROR(ctx->GetAttr("num_params", num_weights));
+  *num_biases = *num_weights;
+  return absl::OkStatus();
+}
+
+absl::Status MatchCounts(const RnnModel& m, const std::vector<CanonicalRegion>& weights,
+                         const std::vector<CanonicalRegion>& biases, int num_weights,
+                         int num_biases) {
+  if (static_cast<int64_t>(weights.size()) != num_weights ||
+      static_cast<int64_t>(biases.size()) != num_biases) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "this model (", m.num_layers, " layer(s), ", m.num_dirs, " direction(s), ", m.gates(),
+        " gate(s)", m.has_proj() ? ", projection" : "", ") has ", weights.size(),
+        " canonical weights and ", biases.size(), " biases, but the op's attrs give ",
+        num_weights, " and ", num_biases));
+  }
+  return absl::OkStatus();
+}
+
+template <typename T, bool kV2>
+class CudnnRNNParamsToCanonicalOp : public OpKernel {
+ public:
+  explicit CudnnRNNParamsToCanonicalOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, attrs_.Read(ctx));
+    OP_REQUIRES_OK(ctx, CheckCounts(ctx, kV2, &num_weights_, &num_biases_));
+  }
+  void Compute(OpKernelContext* ctx) override {
+    RnnModel m;
+    OP_REQUIRES_OK(ctx, ModelFromScalars(ctx, attrs_, &m));
+    std::vector<CanonicalRegion> weights, biases;
+    CanonicalRegions(m, &weights, &biases);
+    OP_REQUIRES_OK(ctx, MatchCounts(m, weights, biases, num_weights_, num_biases_));
+    const Tensor& params = ctx->input(3);
+    const int64_t size = CheckedParamsSize(m);
+    OP_REQUIRES(ctx, params.dims() == 1 && params.dim_size(0) == size,
+                absl::InvalidArgumentError(absl::StrCat(
+                    "params must have shape [", size, "] (CudnnRNNParamsSize) but has shape ",
+                    params.shape().DebugString())));
+    const T* src = params.flat<T>().data();
+    OpOutputList out_weights, out_biases;
+    OP_REQUIRES_OK(ctx, ctx->output_list("weights", &out_weights));
+    OP_REQUIRES_OK(ctx, ctx->output_list("biases", &out_biases));
+    for (size_t k = 0; k < weights.size() + biases.size(); ++k) {
+      const bool is_weight = k < weights.size();
+      const CanonicalRegion& r = is_weight ? weights[k] : biases[k - weights.size()];
+      Tensor* t;
+      const TensorShape shape = is_weight ? TensorShape({r.rows, r.cols}) : TensorShape({r.rows});
+      OP_REQUIRES_OK(ctx, is_weight ? out_weights.allocate(k, shape, &t)
+                                    : out_biases.allocate(k - weights.size(), shape, &t));
+      std::copy_n(src + r.offset, t->NumElements(), t->flat<T>().data());
+    }
+  }
+
+ private:
+  RnnAttrs attrs_;
+  int num_weights_, num_biases_;
+};
+
+template <typename T, bool kV2>
+class CudnnRNNCanonicalToParamsOp : public OpKernel {
+ public:
+  explicit CudnnRNNCanonicalToParamsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, attrs_.Read(ctx));
+    OP_REQUIRES_OK(ctx, CheckCounts(ctx, kV2, &num_weights_, &num_biases_));
+  }
+  void Compute(OpKernelContext* ctx) override {
+    RnnModel m;
+    OP_REQUIRES_OK(ctx, ModelFromScalars(ctx, attrs_, &m));
+    std::vector<CanonicalRegion> weights, biases;
+    CanonicalRegions(m, &weights, &biases);
+    OP_REQUIRES_OK(ctx, MatchCounts(m, weights, biases, num_weights_, num_biases_));
+    OpInputList in_weights, in_biases;
+    OP_REQUIRES_OK(ctx, ctx->input_list("weights", &in_weights));
+    OP_REQUIRES_OK(ctx, ctx->input_list("biases", &in_biases));
+    Tensor* params;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({CheckedParamsSize(m)}), &params));
+    T* dst = params->flat<T>().data();
+    for (size_t k = 0; k < weights.size() + biases.size(); ++k) {
+      const bool is_weight = k < weights.size();
+      const CanonicalRegion& r = is_weight ? weights[k] : biases[k - weights.size()];
+      const Tensor& t = is_weight ? in_weights[k] : in_biases[k - weights.size()];
+      const TensorShape want = is_weight ? TensorShape({r.rows, r.cols}) : TensorShape({r.rows});
+      OP_REQUIRES(ctx, t.shape() == want,
+                  absl::InvalidArgumentError(absl::StrCat(
+                      is_weight ? "weights[" : "biases[", is_weight ? k : k - weights.size(),
+                      "] must have the canonical shape ", want.DebugString(), " but has shape ",
+                      t.shape().DebugString())));
+      std::copy_n(t.flat<T>().data(), t.NumElements(), dst + r.offset);
+    }
+  }
+
+ private:
+  RnnAttrs attrs_;
+  int num_weights_, num_biases_;
+};
+
+}  // namespace
+
+// Our namespaced ops and TF's own op names, on CPU.
+#define TF_LSTM_REGISTER_RNN(PREFIX, T)                                                     \
+  REGISTER_KERNEL_BUILDER(                                                                 \
+      Name(PREFIX "CudnnRNN").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"),       \
+      CudnnRNNForwardOp<T, 1>);                                                            \
+  REGISTER_KERNEL_BUILDER(                                                                 \
+      Name(PREFIX "CudnnRNNV2").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"),     \
+      CudnnRNNForwardOp<T, 2>);                                                            \
+  REGISTER_KERNEL_BUILDER(                                                                 \
+      Name(PREFIX "CudnnRNNV3").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"),     \
+      CudnnRNNForwardOp<T, 3>);                                                            \
+  REGISTER_KERNEL_BUILDER(                                                                 \
+      Name(PREFIX "CudnnRNNBackprop").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
+      CudnnRNNBackpropOp<T, 1>);                                                           \
+  REGISTER_KERNEL_BUILDER(Name(PREFIX "CudnnRNNBackpropV2")                                \
+                              .Device(tensorflow::DEVICE_CPU)                              \
+                              .TypeConstraint<T>("T"),                                     \
+                          CudnnRNNBackpropOp<T, 2>);                                       \
+  REGISTER_KERNEL_BUILDER(Name(PREFIX "CudnnRNNBackpropV3")                                \
+                              .Device(tensorflow::DEVICE_CPU)                              \
+                              .TypeConstraint<T>("T"),                                     \
+                          CudnnRNNBackpropOp<T, 3>);                                       \
+  REGISTER_KERNEL_BUILDER(Name(PREFIX "CudnnRNNParamsSize")                                \
+                              .Device(tensorflow::DEVICE_CPU)                              \
+                              .TypeConstraint<T>("T")                                      \
+                              .TypeConstraint<int32_t>("S"),                               \
+                          CudnnRNNParamsSizeOp<T, int32_t>);                               \
+  REGISTER_KERNEL_BUILDER(Name(PREFIX "CudnnRNNParamsSize")                                \
+                              .Device(tensorflow::DEVICE_CPU)                              \
+                              .TypeConstraint<T>("T")                                      \
+                              .TypeConstraint<int64_t>("S"),                               \
+                          CudnnRNNParamsSizeOp<T, int64_t>);                               \
+  REGISTER_KERNEL_BUILDER(Name(PREFIX "CudnnRNNParamsToCanonical")                         \
+                              .Device(tensorflow::DEVICE_CPU)                              \
+                              .TypeConstraint<T>("T"),                                     \
+                          CudnnRNNParamsToCanonicalOp<T, false>);                          \
+  REGISTER_KERNEL_BUILDER(Name(PREFIX "CudnnRNNParamsToCanonicalV2")                       \
+                              .Device(tensorflow::DEVICE_CPU)                              \
+                              .TypeConstraint<T>("T"),                                     \
+                          CudnnRNNParamsToCanonicalOp<T, true>);                           \
+  REGISTER_KERNEL_BUILDER(Name(PREFIX "CudnnRNNCanonicalToParams")                         \
+                              .Device(tensorflow::DEVICE_CPU)                              \
+                              .TypeConstraint<T>("T"),                                     \
+                          CudnnRNNCanonicalToParamsOp<T, false>);                          \
+  REGISTER_KERNEL_BUILDER(Name(PREFIX "CudnnRNNCanonicalToParamsV2")                       \
+                              .Device(tensorflow::DEVICE_CPU)                              \
+                              .TypeConstraint<T>("T"),                                     \
+                          CudnnRNNCanonicalToParamsOp<T, true>);
+
+#define TF_LSTM_REGISTER_RNN_BOTH(T) \
+  TF_LSTM_REGISTER_RNN("TfLstm>", T) \
+  TF_LSTM_REGISTER_RNN("", T)
+
+TF_CALL_half(TF_LSTM_REGISTER_RNN_BOTH);
+TF_CALL_bfloat16(TF_LSTM_REGISTER_RNN_BOTH);
+TF_CALL_float(TF_LSTM_REGISTER_RNN_BOTH);
+TF_CALL_double(TF_LSTM_REGISTER_RNN_BOTH);
+#undef TF_LSTM_REGISTER_RNN_BOTH
+#undef TF_LSTM_REGISTER_RNN
+
+}  // namespace tf_lstm_ops

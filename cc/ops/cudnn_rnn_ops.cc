@@ -1,0 +1,274 @@
+// Op definitions of the CudnnRNN family under our namespace, with TF's exact inputs, outputs and
+// attrs (order included, so the generated Python signatures equal tf.raw_ops'). The same
+// kernels are also registered for TF's own op names on CPU (cc/kernels/cudnn_rnn_ops.cc).
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace tf_lstm_ops {
+namespace {
+
+using tensorflow::shape_inference::DimensionHandle;
+using tensorflow::shape_inference::InferenceContext;
+using tensorflow::shape_inference::ShapeHandle;
+
+constexpr char kTypes[] = "T: {bfloat16, half, float, double}";
+constexpr char kMode[] = "rnn_mode: {'rnn_relu', 'rnn_tanh', 'lstm', 'gru'} = 'lstm'";
+constexpr char kInputMode[] =
+    "input_mode: {'linear_input', 'skip_input', 'auto_select'} = 'linear_input'";
+constexpr char kDirection[] = "direction: { 'unidirectional', 'bidirectional' } = 'unidirectional'";
+
+bool IsLstm(InferenceContext* c) {
+  std::string mode;
+  return c->GetAttr("rnn_mode", &mode).ok() && mode == "lstm";
+}
+
+int NumDirs(InferenceContext* c) {
+  std::string direction;
+  return c->GetAttr("direction", &direction).ok() && direction == "bidirectional" ? 2 : 1;
+}
+
+// output = [input.d0, input.d1, D * input_h.d2]; output_h like input_h; output_c like input_c
+// (V3) or input_h (V1/V2) for LSTM, a scalar otherwise; reserve space and host_reserved unknown.
+absl::Status ForwardShape(InferenceContext* c, bool v3) {
+  ShapeHandle input, input_h, input_c, params, unused;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 3, &input));
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 3, &input_h));
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(3), 1, &params));
+  const bool lstm = IsLstm(c);
+  input_c = input_h;
+  if (v3) {
+    TF_RETURN_IF_ERROR(c->WithRank(c->input(4), 1, &unused));  // sequence_lengths
+    if (lstm) TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 3, &input_c));
+  }
+  DimensionHandle width;
+  TF_RETURN_IF_ERROR(c->Multiply(c->Dim(input_h, 2), NumDirs(c), &width));
+  c->set_output(0, c->MakeShape({c->Dim(input, 0), c->Dim(input, 1), width}));
+  c->set_output(1, input_h);
+  c->set_output(2, lstm ? input_c : c->Scalar());
+  c->set_output(3, c->UnknownShape());
+  if (c->num_outputs() > 4) c->set_output(4, c->UnknownShape());
+  return absl::OkStatus();
+}
+
+// The gradients are shaped like input, input_h, input_c and params.
+absl::Status BackpropShape(InferenceContext* c) {
+  for (int k = 0; k < 4; ++k) c->set_output(k, c->input(k));
+  return absl::OkStatus();
+}
+
+absl::Status ScalarInputs(InferenceContext* c) {
+  ShapeHandle unused;
+  for (int k = 0; k < 3; ++k) TF_RETURN_IF_ERROR(c->WithRank(c->input(k), 0, &unused));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+#define TF_LSTM_RNN_COMMON_ATTRS \
+  .Attr(kMode).Attr(kInputMode).Attr(kDirection).Attr("dropout: float = 0.0").Attr( \
+      "seed: int = 0").Attr("seed2: int = 0")
+
+REGISTER_OP("TfLstm>CudnnRNN")
+    .Input("input: T")
+    .Input("input_h: T")
+    .Input("input_c: T")
+    .Input("params: T")
+    .SetIsStateful()
+    .Output("output: T")
+    .Output("output_h: T")
+    .Output("output_c: T")
+    .Output("reserve_space: T")
+    .Attr(kTypes) TF_LSTM_RNN_COMMON_ATTRS.Attr("is_training: bool = true")
+    .SetShapeFn([](InferenceContext* c) { return ForwardShape(c, false); });
+
+REGISTER_OP("TfLstm>CudnnRNNV2")
+    .Input("input: T")
+    .Input("input_h: T")
+    .Input("input_c: T")
+    .Input("params: T")
+    .SetIsStateful()
+    .Output("output: T")
+    .Output("output_h: T")
+    .Output("output_c: T")
+    .Output("reserve_space: T")
+    .Output("host_reserved: int8")
+    .Attr(kTypes) TF_LSTM_RNN_COMMON_ATTRS.Attr("is_training: bool = true")
+    .SetShapeFn([](InferenceContext* c) { return ForwardShape(c, false); });
+
+REGISTER_OP("TfLstm>CudnnRNNV3")
+    .Input("input: T")
+    .Input("input_h: T")
+    .Input("input_c: T")
+    .Input("params: T")
+    .Input("sequence_lengths: int32")
+    .SetIsStateful()
+    .Output("output: T")
+    .Output("output_h: T")
+    .Output("output_c: T")
+    .Output("reserve_space: T")
+    .Output("host_reserved: int8")
+    .Attr(kTypes) TF_LSTM_RNN_COMMON_ATTRS.Attr("num_proj: int = 0")
+    .Attr("is_training: bool = true")
+    .Attr("time_major: bool = true")
+    .SetShapeFn([](InferenceContext* c) { return ForwardShape(c, true); });
+
+REGISTER_OP("TfLstm>CudnnRNNBackprop")
+    .Input("input: T")
+    .Input("input_h: T")
+    .Input("input_c: T")
+    .Input("params: T")
+    .Input("output: T")
+    .Input("output_h: T")
+    .Input("output_c: T")
+    .Input("output_backprop: T")
+    .Input("output_h_backprop: T")
+    .Input("output_c_backprop: T")
+    .Input("reserve_space: T")
+    .SetIsStateful()
+    .Output("input_backprop: T")
+    .Output("input_h_backprop: T")
+    .Output("input_c_backprop: T")
+    .Output("params_backprop: T")
+    .Attr(kTypes) TF_LSTM_RNN_COMMON_ATTRS
+    .SetShapeFn(BackpropShape);
+
+REGISTER_OP("TfLstm>CudnnRNNBackpropV2")
+    .Input("input: T")
+    .Input("input_h: T")
+    .Input("input_c: T")
+    .Input("params: T")
+    .Input("output: T")
+    .Input("output_h: T")
+    .Input("output_c: T")
+    .Input("output_backprop: T")
+    .Input("output_h_backprop: T")
+    .Input("output_c_backprop: T")
+    .Input("reserve_space: T")
+    .Input("host_reserved: int8")
+    .SetIsStateful()
+    .Output("input_backprop: T")
+    .Output("input_h_backprop: T")
+    .Output("input_c_backprop: T")
+    .Output("params_backprop: T")
+    .Attr(kTypes) TF_LSTM_RNN_COMMON_ATTRS
+    .SetShapeFn(BackpropShape);
+
+REGISTER_OP("TfLstm>CudnnRNNBackpropV3")
+    .Input("input: T")
+    .Input("input_h: T")
+    .Input("input_c: T")
+    .Input("params: T")
+    .Input("sequence_lengths: int32")
+    .Input("output: T")
+    .Input("output_h: T")
+    .Input("output_c: T")
+    .Input("output_backprop: T")
+    .Input("output_h_backprop: T")
+    .Input("output_c_backprop: T")
+    .Input("reserve_space: T")
+    .Input("host_reserved: int8")
+    .SetIsStateful()
+    .Output("input_backprop: T")
+    .Output("input_h_backprop: T")
+    .Output("input_c_backprop: T")
+    .Output("params_backprop: T")
+    .Attr(kTypes) TF_LSTM_RNN_COMMON_ATTRS.Attr("num_proj: int = 0")
+    .Attr("time_major: bool = true")
+    .SetShapeFn(BackpropShape);
+
+REGISTER_OP("TfLstm>CudnnRNNParamsSize")
+    .Input("num_layers: int32")
+    .Input("num_units: int32")
+    .Input("input_size: int32")
+    .Attr(kTypes)
+    .Attr("S: {int32, int64}") TF_LSTM_RNN_COMMON_ATTRS.Attr("num_proj: int = 0")
+    .Output("params_size: S")
+    .SetShapeFn([](InferenceContext* c) {
+      TF_RETURN_IF_ERROR(ScalarInputs(c));
+      c->set_output(0, c->Vector(1));
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("TfLstm>CudnnRNNParamsToCanonical")
+    .Input("num_layers: int32")
+    .Input("num_units: int32")
+    .Input("input_size: int32")
+    .Input("params: T")
+    .Output("weights: num_params * T")
+    .Output("biases: num_params * T")
+    .Attr(kTypes)
+    .Attr("num_params: int >= 1") TF_LSTM_RNN_COMMON_ATTRS
+    .SetShapeFn([](InferenceContext* c) {
+      TF_RETURN_IF_ERROR(ScalarInputs(c));
+      ShapeHandle unused;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(3), 1, &unused));
+      int num_params;
+      TF_RETURN_IF_ERROR(c->GetAttr("num_params", &num_params));
+      for (int k = 0; k < num_params; ++k) {
+        c->set_output(k, c->Matrix(InferenceContext::kUnknownDim, InferenceContext::kUnknownDim));
+        c->set_output(num_params + k, c->Vector(InferenceContext::kUnknownDim));
+      }
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("TfLstm>CudnnRNNParamsToCanonicalV2")
+    .Input("num_layers: int32")
+    .Input("num_units: int32")
+    .Input("input_size: int32")
+    .Input("params: T")
+    .Output("weights: num_params_weights * T")
+    .Output("biases: num_params_biases * T")
+    .Attr(kTypes)
+    .Attr("num_params_weights: int >= 1")
+    .Attr("num_params_biases: int >= 1") TF_LSTM_RNN_COMMON_ATTRS.Attr("num_proj: int = 0")
+    .SetShapeFn([](InferenceContext* c) {
+      TF_RETURN_IF_ERROR(ScalarInputs(c));
+      ShapeHandle unused;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(3), 1, &unused));
+      int weights, biases;
+      TF_RETURN_IF_ERROR(c->GetAttr("num_params_weights", &weights));
+      TF_RETURN_IF_ERROR(c->GetAttr("num_params_biases", &biases));
+      for (int k = 0; k < weights; ++k) {
+        c->set_output(k, c->Matrix(InferenceContext::kUnknownDim, InferenceContext::kUnknownDim));
+      }
+      for (int k = 0; k < biases; ++k) {
+        c->set_output(weights + k, c->Vector(InferenceContext::kUnknownDim));
+      }
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("TfLstm>CudnnRNNCanonicalToParams")
+    .Input("num_layers: int32")
+    .Input("num_units: int32")
+    .Input("input_size: int32")
+    .Input("weights: num_params * T")
+    .Input("biases: num_params * T")
+    .Output("params: T")
+    .Attr(kTypes)
+    .Attr("num_params: int >= 1") TF_LSTM_RNN_COMMON_ATTRS
+    .SetShapeFn([](InferenceContext* c) {
+      TF_RETURN_IF_ERROR(ScalarInputs(c));
+      c->set_output(0, c->Vector(InferenceContext::kUnknownDim));
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("TfLstm>CudnnRNNCanonicalToParamsV2")
+    .Input("num_layers: int32")
+    .Input("num_units: int32")
+    .Input("input_size: int32")
+    .Input("weights: num_params_weights * T")
+    .Input("biases: num_params_biases * T")
+    .Output("params: T")
+    .Attr(kTypes)
+    .Attr("num_params_weights: int >= 1")
+    .Attr("num_params_biases: int >= 1") TF_LSTM_RNN_COMMON_ATTRS.Attr("num_proj: int = 0")
+    .SetShapeFn([](InferenceContext* c) {
+      TF_RETURN_IF_ERROR(ScalarInputs(c));
+      c->set_output(0, c->Vector(InferenceContext::kUnknownDim));
+      return absl::OkStatus();
+    });
+
+#undef TF_LSTM_RNN_COMMON_ATTRS
+
+}  // namespace tf_lstm_ops
