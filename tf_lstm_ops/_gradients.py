@@ -66,43 +66,45 @@ def _lstm_block_cell_grad(op, *grads):
 
 
 # The CudnnRNN family: TF registers gradients for its own op names; these are for ours.
-def _cudnn_rnn_grad(op, grads, backprop_op):
+_RNN_ATTRS = ("rnn_mode", "input_mode", "direction", "dropout", "seed", "seed2")
+
+
+def _cudnn_rnn_grad(op, grads, backprop_op, version):
     if not op.get_attr("is_training"):
         raise ValueError(
             "%s was run with is_training=False, which keeps no reserve space: set "
             "is_training=True to differentiate it" % op.type
         )
-    rnn_mode = op.get_attr("rnn_mode").decode()
-    names = [a.name for a in op.op_def.input_arg]  # input, input_h, input_c, params[, seq len]
-    args = dict(zip(names, op.inputs))
+    args = dict(zip(("input", "input_h", "input_c", "params"), op.inputs[:4]))
     args.update(output=op.outputs[0], output_h=op.outputs[1], output_c=op.outputs[2])
     for name, grad, out in zip(
         ("output_backprop", "output_h_backprop", "output_c_backprop"), grads, op.outputs
     ):
         args[name] = tf.zeros_like(out) if grad is None else grad
     args["reserve_space"] = op.outputs[3]
-    if len(op.outputs) > 4:
+    attrs = _RNN_ATTRS
+    if version >= 2:
         args["host_reserved"] = op.outputs[4]
-    for attr in ("rnn_mode", "input_mode", "direction", "dropout", "seed", "seed2", "num_proj",
-                 "time_major"):  # fmt: skip
-        if attr in [a.name for a in op.op_def.attr]:
-            args[attr] = op.get_attr(attr)
+    if version == 3:
+        args["sequence_lengths"] = op.inputs[4]
+        attrs += ("num_proj", "time_major")
+    args.update((name, op.get_attr(name)) for name in attrs)
     input_grad, h_grad, c_grad, params_grad = library.op(backprop_op)(**args)
-    if rnn_mode != "lstm":  # input_c is unused (any shape): its gradient is zero
+    if args["rnn_mode"] not in ("lstm", b"lstm"):  # input_c is unused (any shape): zero gradient
         c_grad = tf.zeros_like(args["input_c"])
-    return [input_grad, h_grad, c_grad, params_grad] + [None] * (len(names) - 4)
+    return [input_grad, h_grad, c_grad, params_grad] + ([None] if version == 3 else [])
 
 
 @tf.RegisterGradient(OP_NAMESPACE + "CudnnRNN")
 def _cudnn_rnn_v1_grad(op, *grads):
-    return _cudnn_rnn_grad(op, grads, "CudnnRNNBackprop")
+    return _cudnn_rnn_grad(op, grads, "CudnnRNNBackprop", 1)
 
 
 @tf.RegisterGradient(OP_NAMESPACE + "CudnnRNNV2")
 def _cudnn_rnn_v2_grad(op, *grads):
-    return _cudnn_rnn_grad(op, grads, "CudnnRNNBackpropV2")
+    return _cudnn_rnn_grad(op, grads, "CudnnRNNBackpropV2", 2)
 
 
 @tf.RegisterGradient(OP_NAMESPACE + "CudnnRNNV3")
 def _cudnn_rnn_v3_grad(op, *grads):
-    return _cudnn_rnn_grad(op, grads, "CudnnRNNBackpropV3")
+    return _cudnn_rnn_grad(op, grads, "CudnnRNNBackpropV3", 3)

@@ -140,7 +140,7 @@ template <typename A>
 void InputProjection(const CPUDevice& d, const PseudoLayer<A>& pl, int64_t rows, const A* x,
                      A* xw) {
   const int64_t G = pl.m.gate_width(), H = pl.m.num_units;
-  if (pl.m.w_cols(pl.layer) > 0) {
+  if (!pl.m.skips(pl.layer)) {
     Gemm(d, false, true, rows, G, pl.in_width, x, pl.w, false, xw);
     return;
   }
@@ -395,7 +395,7 @@ void BackwardPseudoLayer(const CPUDevice& d, const PseudoLayer<A>& pl, const Rnn
   }
   // Whole-sequence products.
   const int64_t rows = T * B;
-  if (m.w_cols(pl.layer) > 0) {
+  if (!m.skips(pl.layer)) {
     Gemm(d, true, false, G, pl.in_width, rows, dgx, x, false, dparams + reg.w);
     Gemm(d, false, false, rows, pl.in_width, G, dgx, pl.w, pl.dir > 0, dx);
   } else {  // skip input: x was added to every gate

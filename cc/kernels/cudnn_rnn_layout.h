@@ -38,7 +38,8 @@ struct RnnModel {
   int64_t layer_input(int64_t layer) const {
     return layer == 0 ? input_size : num_dirs * output_width();
   }
-  int64_t w_cols(int64_t layer) const { return layer == 0 && skip_input ? 0 : layer_input(layer); }
+  bool skips(int64_t layer) const { return layer == 0 && skip_input; }
+  int64_t w_cols(int64_t layer) const { return skips(layer) ? 0 : layer_input(layer); }
 };
 
 // Element offsets of one pseudo-layer's regions in the params buffer.
