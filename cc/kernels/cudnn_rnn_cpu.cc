@@ -17,10 +17,7 @@
 namespace tf_lstm_ops {
 namespace {
 
-using CPUDevice = Eigen::ThreadPoolDevice;
-using tensorflow::OpKernelContext;
-using tensorflow::Tensor;
-using namespace cpu;  // NOLINT: the shared CPU building blocks
+using namespace cpu;  // NOLINT: the shared CPU building blocks (CPUDevice, Gemm, ...)
 
 // Saved gate activations per element: LSTM i, f, c~, o; GRU r, u, h~, R_h h + b_Rh.
 constexpr int kSavedGates = 4;

@@ -7,25 +7,16 @@
 // GEMMs/reductions after the sweep. half/bfloat16 compute in float (GEMMs accumulate in float).
 #define EIGEN_USE_THREADS
 
-#include <algorithm>
 #include <type_traits>
 
 #include "cc/kernels/cpu_linalg.h"
 #include "cc/kernels/lstm_cell.h"
 #include "cc/kernels/lstm_functor.h"
-#include "tensorflow/core/framework/bfloat16.h"
-#include "tensorflow/core/framework/numeric_types.h"
-#include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/tensor.h"
-#include "unsupported/Eigen/CXX11/Tensor"
 
 namespace tf_lstm_ops {
 namespace {
 
-using CPUDevice = Eigen::ThreadPoolDevice;
-using tensorflow::OpKernelContext;
-using tensorflow::Tensor;
-using namespace cpu;  // NOLINT: the shared CPU building blocks
+using namespace cpu;  // NOLINT: the shared CPU building blocks (CPUDevice, Gemm, ...)
 
 template <typename A, typename T>
 CellParams<A> MakeCellParams(const LstmAttrs& attrs) {
