@@ -429,17 +429,20 @@ absl::Status CheckCounts(OpKernelConstruction* ctx, bool v2, int* num_weights, i
 }
 
 absl::Status MatchCounts(const RnnModel& m, const std::vector<CanonicalRegion>& weights,
-                         const std::vector<CanonicalRegion>& biases, int num_weights,
+                         const std::vector<CanonicalRegion>& biases, bool v2, int num_weights,
                          int num_biases) {
-  if (static_cast<int64_t>(weights.size()) != num_weights ||
-      static_cast<int64_t>(biases.size()) != num_biases) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "this model (", m.num_layers, " layer(s), ", m.num_dirs, " direction(s), ", m.gates(),
-        " gate(s)", m.has_proj() ? ", projection" : "", ") has ", weights.size(),
-        " canonical weights and ", biases.size(), " biases, but the op's attrs give ",
-        num_weights, " and ", num_biases));
+  const int64_t want_weights = weights.size(), want_biases = biases.size();
+  if (want_weights == num_weights && want_biases == num_biases) return absl::OkStatus();
+  const std::string model = absl::StrCat(
+      " for this model (", m.num_layers, " layer(s), ", m.num_dirs, " direction(s), ", m.gates(),
+      " gate(s)", m.has_proj() ? ", projection" : "", ")");
+  if (!v2) {
+    return absl::InvalidArgumentError(absl::StrCat("num_params (", num_weights, ") must be ",
+                                                   want_weights, model));
   }
-  return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "num_params_weights (", num_weights, ") must be ", want_weights,
+      " and num_params_biases (", num_biases, ") must be ", want_biases, model));
 }
 
 template <typename T, bool kV2>
@@ -454,7 +457,7 @@ class CudnnRNNParamsToCanonicalOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ModelFromScalars(ctx, attrs_, &m));
     std::vector<CanonicalRegion> weights, biases;
     CanonicalRegions(m, &weights, &biases);
-    OP_REQUIRES_OK(ctx, MatchCounts(m, weights, biases, num_weights_, num_biases_));
+    OP_REQUIRES_OK(ctx, MatchCounts(m, weights, biases, kV2, num_weights_, num_biases_));
     const Tensor& params = ctx->input(3);
     const int64_t size = CheckedParamsSize(m);
     OP_REQUIRES(ctx, params.dims() == 1 && params.dim_size(0) == size,
@@ -493,7 +496,7 @@ class CudnnRNNCanonicalToParamsOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ModelFromScalars(ctx, attrs_, &m));
     std::vector<CanonicalRegion> weights, biases;
     CanonicalRegions(m, &weights, &biases);
-    OP_REQUIRES_OK(ctx, MatchCounts(m, weights, biases, num_weights_, num_biases_));
+    OP_REQUIRES_OK(ctx, MatchCounts(m, weights, biases, kV2, num_weights_, num_biases_));
     OpInputList in_weights, in_biases;
     OP_REQUIRES_OK(ctx, ctx->input_list("weights", &in_weights));
     OP_REQUIRES_OK(ctx, ctx->input_list("biases", &in_biases));
