@@ -397,129 +397,132 @@ class CudnnRNNParamsSizeOp : public OpKernel {
   RnnAttrs attrs_;
 };
 
-// One canonical tensor: where it lives in params and its shape.
+// One canonical tensor (spec §5.1): which output/input list entry it is, where it lives in
+// params, and its shape ([rows, cols] for weights, [rows] for biases).
 struct CanonicalRegion {
-  int64_t offset, rows, cols;  // cols = 0 for biases (rank 1)
+  bool is_weight;
+  int index;  // in the weights or the biases list
+  int64_t offset;
+  TensorShape shape;
 };
 
-// The canonical weights and biases of a model, in canonical order (spec §5.1).
-void CanonicalRegions(const RnnModel& m, std::vector<CanonicalRegion>* weights,
-                      std::vector<CanonicalRegion>* biases) {
+// The canonical weights, then the biases, of a model, in canonical order.
+std::vector<CanonicalRegion> CanonicalRegions(const RnnModel& m, int* num_weights) {
+  std::vector<CanonicalRegion> weights, biases;
   const int64_t H = m.num_units, Hr = m.output_width();
+  auto weight = [&](int64_t offset, int64_t rows, int64_t cols) {
+    weights.push_back({true, static_cast<int>(weights.size()), offset, TensorShape({rows, cols})});
+  };
+  auto bias = [&](int64_t offset) {
+    biases.push_back({false, static_cast<int>(biases.size()), offset, TensorShape({H})});
+  };
   for (int64_t p = 0; p < m.num_pseudo_layers(); ++p) {
     const PseudoLayerRegions reg = RegionsOf(m, p);
     const int64_t cols = m.w_cols(p / m.num_dirs);
-    for (int g = 0; g < m.gates(); ++g) weights->push_back({reg.w + g * H * cols, H, cols});
-    for (int g = 0; g < m.gates(); ++g) weights->push_back({reg.r + g * H * Hr, H, Hr});
-    if (m.has_proj()) weights->push_back({reg.proj, m.num_proj, H});
-    for (int g = 0; g < m.gates(); ++g) biases->push_back({reg.bias_w + g * H, H, 0});
-    for (int g = 0; g < m.gates(); ++g) biases->push_back({reg.bias_r + g * H, H, 0});
+    for (int g = 0; g < m.gates(); ++g) weight(reg.w + g * H * cols, H, cols);
+    for (int g = 0; g < m.gates(); ++g) weight(reg.r + g * H * Hr, H, Hr);
+    if (m.has_proj()) weight(reg.proj, m.num_proj, H);
+    for (int g = 0; g < m.gates(); ++g) bias(reg.bias_w + g * H);
+    for (int g = 0; g < m.gates(); ++g) bias(reg.bias_r + g * H);
   }
+  *num_weights = weights.size();
+  weights.insert(weights.end(), biases.begin(), biases.end());
+  return weights;
 }
 
-// The counts the op's attrs promise must be the model's (V1: num_params for both lists).
-absl::Status CheckCounts(OpKernelConstruction* ctx, bool v2, int* num_weights, int* num_biases) {
-  if (v2) {
-    TF_RETURN_IF_ERROR(ctx->GetAttr("num_params_weights", num_weights));
-    return ctx->GetAttr("num_params_biases", num_biases);
+// ParamsToCanonical(V2) and CanonicalToParams(V2): the model from the scalars and attrs, and its
+// canonical regions, whose counts must be what the op's attrs promise (V1: num_params for both).
+class CanonicalParamsOpBase : public OpKernel {
+ public:
+  CanonicalParamsOpBase(OpKernelConstruction* ctx, bool v2) : OpKernel(ctx), v2_(v2) {
+    OP_REQUIRES_OK(ctx, attrs_.Read(ctx));
+    if (v2) {
+      OP_REQUIRES_OK(ctx, ctx->GetAttr("num_params_weights", &num_weights_));
+      OP_REQUIRES_OK(ctx, ctx->GetAttr("num_params_biases", &num_biases_));
+    } else {
+      OP_REQUIRES_OK(ctx, ctx->GetAttr("num_params", &num_weights_));
+      num_biases_ = num_weights_;
+    }
   }
-  TF_RETURN_IF_ERROR(ctx->GetAttr("num_params", num_weights));
-  *num_biases = *num_weights;
-  return absl::OkStatus();
-}
 
-absl::Status MatchCounts(const RnnModel& m, const std::vector<CanonicalRegion>& weights,
-                         const std::vector<CanonicalRegion>& biases, bool v2, int num_weights,
-                         int num_biases) {
-  const int64_t want_weights = weights.size(), want_biases = biases.size();
-  if (want_weights == num_weights && want_biases == num_biases) return absl::OkStatus();
-  const std::string model = absl::StrCat(
-      " for this model (", m.num_layers, " layer(s), ", m.num_dirs, " direction(s), ", m.gates(),
-      " gate(s)", m.has_proj() ? ", projection" : "", ")");
-  if (!v2) {
-    return absl::InvalidArgumentError(absl::StrCat("num_params (", num_weights, ") must be ",
-                                                   want_weights, model));
+ protected:
+  absl::Status Regions(OpKernelContext* ctx, RnnModel* m,
+                       std::vector<CanonicalRegion>* regions) const {
+    TF_RETURN_IF_ERROR(ModelFromScalars(ctx, attrs_, m));
+    int weights;
+    *regions = CanonicalRegions(*m, &weights);
+    const int biases = static_cast<int>(regions->size()) - weights;
+    if (weights == num_weights_ && biases == num_biases_) return absl::OkStatus();
+    const std::string model = absl::StrCat(
+        " for this model (", m->num_layers, " layer(s), ", m->num_dirs, " direction(s), ",
+        m->gates(), " gate(s)", m->has_proj() ? ", projection" : "", ")");
+    if (!v2_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("num_params (", num_weights_, ") must be ", weights, model));
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_params_weights (", num_weights_, ") must be ", weights, " and num_params_biases (",
+        num_biases_, ") must be ", biases, model));
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "num_params_weights (", num_weights, ") must be ", want_weights,
-      " and num_params_biases (", num_biases, ") must be ", want_biases, model));
-}
+
+ private:
+  const bool v2_;
+  RnnAttrs attrs_;
+  int num_weights_, num_biases_;
+};
 
 template <typename T, bool kV2>
-class CudnnRNNParamsToCanonicalOp : public OpKernel {
+class CudnnRNNParamsToCanonicalOp : public CanonicalParamsOpBase {
  public:
-  explicit CudnnRNNParamsToCanonicalOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, attrs_.Read(ctx));
-    OP_REQUIRES_OK(ctx, CheckCounts(ctx, kV2, &num_weights_, &num_biases_));
-  }
+  explicit CudnnRNNParamsToCanonicalOp(OpKernelConstruction* ctx)
+      : CanonicalParamsOpBase(ctx, kV2) {}
+
   void Compute(OpKernelContext* ctx) override {
     RnnModel m;
-    OP_REQUIRES_OK(ctx, ModelFromScalars(ctx, attrs_, &m));
-    std::vector<CanonicalRegion> weights, biases;
-    CanonicalRegions(m, &weights, &biases);
-    OP_REQUIRES_OK(ctx, MatchCounts(m, weights, biases, kV2, num_weights_, num_biases_));
+    std::vector<CanonicalRegion> regions;
+    OP_REQUIRES_OK(ctx, Regions(ctx, &m, &regions));
     const Tensor& params = ctx->input(3);
     const int64_t size = CheckedParamsSize(m);
     OP_REQUIRES(ctx, params.dims() == 1 && params.dim_size(0) == size,
                 absl::InvalidArgumentError(absl::StrCat(
                     "params must have shape [", size, "] (CudnnRNNParamsSize) but has shape ",
                     params.shape().DebugString())));
-    const T* src = params.flat<T>().data();
-    OpOutputList out_weights, out_biases;
-    OP_REQUIRES_OK(ctx, ctx->output_list("weights", &out_weights));
-    OP_REQUIRES_OK(ctx, ctx->output_list("biases", &out_biases));
-    for (size_t k = 0; k < weights.size() + biases.size(); ++k) {
-      const bool is_weight = k < weights.size();
-      const CanonicalRegion& r = is_weight ? weights[k] : biases[k - weights.size()];
+    OpOutputList weights, biases;
+    OP_REQUIRES_OK(ctx, ctx->output_list("weights", &weights));
+    OP_REQUIRES_OK(ctx, ctx->output_list("biases", &biases));
+    for (const CanonicalRegion& r : regions) {
       Tensor* t;
-      const TensorShape shape = is_weight ? TensorShape({r.rows, r.cols}) : TensorShape({r.rows});
-      OP_REQUIRES_OK(ctx, is_weight ? out_weights.allocate(k, shape, &t)
-                                    : out_biases.allocate(k - weights.size(), shape, &t));
-      std::copy_n(src + r.offset, t->NumElements(), t->flat<T>().data());
+      OP_REQUIRES_OK(ctx, (r.is_weight ? weights : biases).allocate(r.index, r.shape, &t));
+      std::copy_n(params.flat<T>().data() + r.offset, t->NumElements(), t->flat<T>().data());
     }
   }
-
- private:
-  RnnAttrs attrs_;
-  int num_weights_, num_biases_;
 };
 
 template <typename T, bool kV2>
-class CudnnRNNCanonicalToParamsOp : public OpKernel {
+class CudnnRNNCanonicalToParamsOp : public CanonicalParamsOpBase {
  public:
-  explicit CudnnRNNCanonicalToParamsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, attrs_.Read(ctx));
-    OP_REQUIRES_OK(ctx, CheckCounts(ctx, kV2, &num_weights_, &num_biases_));
-  }
+  explicit CudnnRNNCanonicalToParamsOp(OpKernelConstruction* ctx)
+      : CanonicalParamsOpBase(ctx, kV2) {}
+
   void Compute(OpKernelContext* ctx) override {
     RnnModel m;
-    OP_REQUIRES_OK(ctx, ModelFromScalars(ctx, attrs_, &m));
-    std::vector<CanonicalRegion> weights, biases;
-    CanonicalRegions(m, &weights, &biases);
-    OP_REQUIRES_OK(ctx, MatchCounts(m, weights, biases, kV2, num_weights_, num_biases_));
-    OpInputList in_weights, in_biases;
-    OP_REQUIRES_OK(ctx, ctx->input_list("weights", &in_weights));
-    OP_REQUIRES_OK(ctx, ctx->input_list("biases", &in_biases));
+    std::vector<CanonicalRegion> regions;
+    OP_REQUIRES_OK(ctx, Regions(ctx, &m, &regions));
+    OpInputList weights, biases;
+    OP_REQUIRES_OK(ctx, ctx->input_list("weights", &weights));
+    OP_REQUIRES_OK(ctx, ctx->input_list("biases", &biases));
     Tensor* params;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({CheckedParamsSize(m)}), &params));
-    T* dst = params->flat<T>().data();
-    for (size_t k = 0; k < weights.size() + biases.size(); ++k) {
-      const bool is_weight = k < weights.size();
-      const CanonicalRegion& r = is_weight ? weights[k] : biases[k - weights.size()];
-      const Tensor& t = is_weight ? in_weights[k] : in_biases[k - weights.size()];
-      const TensorShape want = is_weight ? TensorShape({r.rows, r.cols}) : TensorShape({r.rows});
-      OP_REQUIRES(ctx, t.shape() == want,
+    for (const CanonicalRegion& r : regions) {
+      const Tensor& t = (r.is_weight ? weights : biases)[r.index];
+      OP_REQUIRES(ctx, t.shape() == r.shape,
                   absl::InvalidArgumentError(absl::StrCat(
-                      is_weight ? "weights[" : "biases[", is_weight ? k : k - weights.size(),
-                      "] must have the canonical shape ", want.DebugString(), " but has shape ",
-                      t.shape().DebugString())));
-      std::copy_n(t.flat<T>().data(), t.NumElements(), dst + r.offset);
+                      r.is_weight ? "weights[" : "biases[", r.index,
+                      "] must have the canonical shape ", r.shape.DebugString(),
+                      " but has shape ", t.shape().DebugString())));
+      std::copy_n(t.flat<T>().data(), t.NumElements(), params->flat<T>().data() + r.offset);
     }
   }
-
- private:
-  RnnAttrs attrs_;
-  int num_weights_, num_biases_;
 };
 
 }  // namespace
