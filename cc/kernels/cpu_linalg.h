@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cc/cpu/gemm.h"
 #include "tensorflow/core/framework/bfloat16.h"
 #include "tensorflow/core/framework/numeric_types.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -86,6 +87,8 @@ void Fill(const CPUDevice& d, T* dst, int64_t n, T value) {
 
 // C[m,n] = op(A)·op(B) (+ C when accumulate); all row-major and contiguous. op(A) is [m,k]: A is
 // stored [m,k], or [k,m] when trans_a; likewise op(B) is [k,n], stored [n,k] when trans_b.
+// Runs the ISA-dispatched GEMM blocks of cc/cpu/gemm.h, split into row or 16-column shards
+// across the op's intra-op threads (small products run on the calling thread).
 template <typename A>
 void Gemm(const CPUDevice& d, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
           const A* a, const A* b, bool accumulate, A* c) {
@@ -94,18 +97,30 @@ void Gemm(const CPUDevice& d, bool trans_a, bool trans_b, int64_t m, int64_t n, 
     if (!accumulate) Fill(d, c, m * n, A(0));
     return;
   }
-  using ConstMatrix = Eigen::TensorMap<Eigen::Tensor<const A, 2, Eigen::RowMajor, Eigen::Index>>;
-  using Matrix = Eigen::TensorMap<Eigen::Tensor<A, 2, Eigen::RowMajor, Eigen::Index>>;
-  ConstMatrix ta(a, trans_a ? k : m, trans_a ? m : k);
-  ConstMatrix tb(b, trans_b ? n : k, trans_b ? k : n);
-  Matrix tc(c, m, n);
-  const Eigen::array<Eigen::IndexPair<Eigen::Index>, 1> contract = {
-      Eigen::IndexPair<Eigen::Index>(trans_a ? 0 : 1, trans_b ? 1 : 0)};
-  if (accumulate) {
-    tc.device(d) += ta.contract(tb, contract);
-  } else {
-    tc.device(d) = ta.contract(tb, contract);
-  }
+  const int64_t lda = trans_a ? m : k, ldb = trans_b ? k : n;
+  const double flops = 2.0 * m * n * k;
+  constexpr double kFlopsPerShard = 2e6;  // below this, a thread hand-off costs more than it saves
+  const bool by_rows = m >= n;
+  const int64_t units = by_rows ? m : (n + 15) / 16;
+  const int64_t shards = std::max<int64_t>(
+      1, std::min<int64_t>({static_cast<int64_t>(d.numThreads()), units,
+                            static_cast<int64_t>(flops / kFlopsPerShard)}));
+  auto run = [&](int64_t shard) {
+    const int64_t begin = units * shard / shards, end = units * (shard + 1) / shards;
+    if (by_rows) {
+      gemm::Block(trans_a, trans_b, end - begin, n, k, a + begin * (trans_a ? 1 : lda), lda, b,
+                  ldb, accumulate, c + begin * n, n);
+    } else {
+      const int64_t n0 = begin * 16, n1 = std::min(n, end * 16);
+      gemm::Block(trans_a, trans_b, m, n1 - n0, k, a, lda, b + n0 * (trans_b ? ldb : 1), ldb,
+                  accumulate, c + n0, n);
+    }
+  };
+  if (shards == 1) return run(0);
+  d.parallelFor(shards, Eigen::TensorOpCost(0, 0, flops / shards),
+                [&run](Eigen::Index begin, Eigen::Index end) {
+                  for (Eigen::Index s = begin; s < end; ++s) run(s);
+                });
 }
 
 // out[j] = Σ_r term(r, j) for j < width, summed in increasing r (deterministic), parallel over j.

@@ -150,7 +150,7 @@ void InputProjection(const CPUDevice& d, const PseudoLayer<A>& pl, int64_t rows,
   });
 }
 
-template <typename A>
+template <typename A, typename Math>
 void ForwardPseudoLayer(const CPUDevice& d, const PseudoLayer<A>& pl, const RnnRun& run,
                         const std::vector<int64_t>& len, const A* x, A* xw, A* rec, A* m_buf,
                         A* proj_buf, A* y) {
@@ -184,7 +184,7 @@ void ForwardPseudoLayer(const CPUDevice& d, const PseudoLayer<A>& pl, const RnnR
           auto h_side = [&](int g) { return gh[g * H + j] + pl.bias_r[g * H + j]; };
           switch (m.mode) {
             case RnnMode::kLstm: {  // gates i, f, c, o: lstm_cell.h's IFCO layout
-              const CellActivations<A> a = CellForward<A>(
+              const CellActivations<A> a = CellForward<A, Math>(
                   lstm, x_side(0) + h_side(0), x_side(2) + h_side(2), x_side(1) + h_side(1),
                   x_side(3) + h_side(3), c_prev[b * H + j], A(0), A(0), A(0));
               saved[j] = a.i;
@@ -196,7 +196,7 @@ void ForwardPseudoLayer(const CPUDevice& d, const PseudoLayer<A>& pl, const RnnR
               break;
             }
             case RnnMode::kGru: {
-              const GruActivations<A> a = GruForward<A>(x_side(0), x_side(1), x_side(2), h_side(0),
+              const GruActivations<A> a = GruForward<A, Math>(x_side(0), x_side(1), x_side(2), h_side(0),
                                                         h_side(1), h_side(2), h_prev[b * Hr + j]);
               saved[j] = a.r;
               saved[H + j] = a.u;
@@ -206,7 +206,7 @@ void ForwardPseudoLayer(const CPUDevice& d, const PseudoLayer<A>& pl, const RnnR
               break;
             }
             default:
-              h_out[b * Hr + j] = SimpleRnnForward<A>(relu, x_side(0) + h_side(0));
+              h_out[b * Hr + j] = SimpleRnnForward<A, Math>(relu, x_side(0) + h_side(0));
           }
         }
       }
@@ -275,7 +275,7 @@ absl::Status Forward(OpKernelContext* ctx, const RnnModel& m, const RnnRun& run,
     for (int64_t dir = 0; dir < D; ++dir) {
       const int64_t p = l * D + dir;
       const PseudoLayer<A> pl(m, p, P, ws, lay, h0, c0, B);
-      ForwardPseudoLayer(d, pl, run, len, x, xw, rec, m_buf, proj_buf, y);
+      ForwardPseudoLayer<A, MathFor<T>>(d, pl, run, len, x, xw, rec, m_buf, proj_buf, y);
       // Final state: after the last processed step (rows past their end held it there).
       const int64_t t_last = TimeOf(dir, T_ - 1, T_);
       std::memcpy(final_state + p * B * Hr, pl.h + t_last * B * Hr, B * Hr * sizeof(A));
@@ -311,7 +311,7 @@ absl::Status Forward(OpKernelContext* ctx, const RnnModel& m, const RnnRun& run,
 
 // Backward of one pseudo-layer: consumes dy (its direction's half) and the final-state
 // gradients, writes its params gradients, the initial-state gradients, and adds dL/dx to dx.
-template <typename A>
+template <typename A, typename Math>
 void BackwardPseudoLayer(const CPUDevice& d, const PseudoLayer<A>& pl, const RnnRun& run,
                          const std::vector<int64_t>& len, const A* x, const A* dy, A* dh, A* dc,
                          A* dgx, A* dgh, A* dh_total, A* m_seq, A* dm, A* carry, A* direct,
@@ -348,7 +348,7 @@ void BackwardPseudoLayer(const CPUDevice& d, const PseudoLayer<A>& pl, const Rnn
         for (int64_t j = 0; j < H; ++j) {
           switch (m.mode) {
             case RnnMode::kLstm: {
-              const A cs = pl.c[(t * B + b) * H + j], co = std::tanh(cs);
+              const A cs = pl.c[(t * B + b) * H + j], co = Math::Tanh(cs);
               const CellActivations<A> a{saved[j], cs, saved[H + j], saved[3 * H + j],
                                          saved[2 * H + j], co, A(0)};
               const A dm_j = m.has_proj() ? dm[b * H + j] : dht[b * Hr + j];
@@ -480,7 +480,7 @@ absl::Status Backward(OpKernelContext* ctx, const RnnModel& m, const RnnRun& run
       A* dc = dh + B * Hr;
       std::memcpy(dh, dhT + p * B * Hr, B * Hr * sizeof(A));
       if (lstm) std::memcpy(dc, dcT + p * B * H, B * H * sizeof(A));
-      BackwardPseudoLayer(d, pl, run, len, x, dy, dh, dc, dgx, dgh, dh_total, m_seq, dm, carry,
+      BackwardPseudoLayer<A, MathFor<T>>(d, pl, run, len, x, dy, dh, dc, dgx, dgh, dh_total, m_seq, dm, carry,
                           direct, h_prev_seq, dparams, RegionsOf(m, p), dx);
       Convert(d, dh, input_h_backprop + p * B * Hr, B * Hr);
       if (lstm) Convert(d, dc, input_c_backprop + p * B * H, B * H);

@@ -8,15 +8,51 @@
 #define TF_LSTM_OPS_CC_KERNELS_LSTM_CELL_H_
 
 #include <cmath>
+#include <type_traits>
 
 #include "cc/kernels/gate_layout.h"
 
 namespace tf_lstm_ops {
 
-template <typename Acc>
-TF_LSTM_HOST_DEVICE inline Acc Sigmoid(Acc x) {
-  return Acc(1) / (Acc(1) + std::exp(-x));
-}
+// How σ and tanh are evaluated. ExactMath calls libm (double, half and bfloat16 storage: the
+// reference precision, and "rounded once" for the 16-bit types). FastMath is for float storage:
+// the rational tanh approximation TensorFlow's own CPU kernels use through Eigen (|error| <=
+// 3.3e-7) and σ(x) = (1 + tanh(x/2)) / 2 (|error| <= 2.3e-7); both are branch-free, so the
+// element-wise loops vectorize. NaN propagates through both.
+struct ExactMath {
+  template <typename Acc>
+  TF_LSTM_HOST_DEVICE static Acc Tanh(Acc x) {
+    return std::tanh(x);
+  }
+  template <typename Acc>
+  TF_LSTM_HOST_DEVICE static Acc Sigmoid(Acc x) {
+    return Acc(1) / (Acc(1) + std::exp(-x));
+  }
+};
+
+struct FastMath {
+  TF_LSTM_HOST_DEVICE static float Tanh(float x) {
+    x = x < -9.f ? -9.f : (x > 9.f ? 9.f : x);  // tanh is +-1 in float beyond
+    const float x2 = x * x;
+    float p = -2.76076847742355e-16f;
+    p = p * x2 + 2.00018790482477e-13f;
+    p = p * x2 - 8.60467152213735e-11f;
+    p = p * x2 + 5.12229709037114e-08f;
+    p = p * x2 + 1.48572235717979e-05f;
+    p = p * x2 + 6.37261928875436e-04f;
+    p = p * x2 + 4.89352455891786e-03f;
+    float q = 1.19825839466702e-06f;
+    q = q * x2 + 1.18534705686654e-04f;
+    q = q * x2 + 2.26843463243900e-03f;
+    q = q * x2 + 4.89352518554385e-03f;
+    return (p * x) / q;
+  }
+  TF_LSTM_HOST_DEVICE static float Sigmoid(float x) { return 0.5f + 0.5f * Tanh(0.5f * x); }
+};
+
+// FastMath for float storage, ExactMath otherwise.
+template <typename Storage>
+using MathFor = std::conditional_t<std::is_same_v<Storage, float>, FastMath, ExactMath>;
 
 // Per-cell constants, already converted to Acc.
 template <typename Acc>
@@ -35,24 +71,24 @@ struct CellActivations {
 
 // Forward step. g_* are the pre-activations (x·Wx + h·Wh + b) of each gate; wc* are the peephole
 // weights (ignored, never read into the result, when !use_peephole: NaN there has no effect).
-template <typename Acc>
+template <typename Acc, typename Math = ExactMath>
 TF_LSTM_HOST_DEVICE inline CellActivations<Acc> CellForward(const CellParams<Acc>& p, Acc g_i,
                                                             Acc g_c, Acc g_f, Acc g_o,
                                                             Acc cs_prev, Acc wci, Acc wcf,
                                                             Acc wco) {
   CellActivations<Acc> a;
-  a.i = Sigmoid(p.use_peephole ? g_i + cs_prev * wci : g_i);
-  a.ci = std::tanh(g_c);
+  a.i = Math::Sigmoid(p.use_peephole ? g_i + cs_prev * wci : g_i);
+  a.ci = Math::Tanh(g_c);
   const Acc f_in = g_f + p.forget_bias;
-  a.f = Sigmoid(p.use_peephole ? f_in + cs_prev * wcf : f_in);
+  a.f = Math::Sigmoid(p.use_peephole ? f_in + cs_prev * wcf : f_in);
   Acc cs = a.i * a.ci + a.f * cs_prev;
   if (p.clip_active) {
     cs = cs < -p.cell_clip ? -p.cell_clip : cs;
     cs = cs > p.cell_clip ? p.cell_clip : cs;
   }
   a.cs = cs;
-  a.co = std::tanh(cs);  // tanh of the clipped state
-  a.o = Sigmoid(p.use_peephole ? g_o + cs * wco : g_o);  // output peephole sees the new state
+  a.co = Math::Tanh(cs);  // tanh of the clipped state
+  a.o = Math::Sigmoid(p.use_peephole ? g_o + cs * wco : g_o);  // output peephole sees the new state
   a.h = a.o * a.co;
   return a;
 }

@@ -168,7 +168,7 @@ struct LstmForward<CPUDevice, T> {
           for (int64_t j = 0; j < H; ++j) {
             const int64_t k = b * H + j;
             const CellActivations<A> a =
-                CellForward<A>(params, gate(blk.i, j), gate(blk.c, j), gate(blk.f, j),
+                CellForward<A, MathFor<T>>(params, gate(blk.i, j), gate(blk.c, j), gate(blk.f, j),
                                gate(blk.o, j), A(cs_prev[k]), peep.ci(j), peep.cf(j), peep.co(j));
             const int64_t o = t * step + k;
             out.i[o] = T(a.i);

@@ -18,14 +18,14 @@ struct GruActivations {
 };
 
 // x_* = W_* x + b_W*, h_* = R_* h_prev + b_R* for the gates r, u and the candidate.
-template <typename Acc>
+template <typename Acc, typename Math = ExactMath>
 TF_LSTM_HOST_DEVICE inline GruActivations<Acc> GruForward(Acc x_r, Acc x_u, Acc x_c, Acc h_r,
                                                           Acc h_u, Acc h_c, Acc h_prev) {
   GruActivations<Acc> a;
-  a.r = Sigmoid(x_r + h_r);
-  a.u = Sigmoid(x_u + h_u);
+  a.r = Math::Sigmoid(x_r + h_r);
+  a.u = Math::Sigmoid(x_u + h_u);
   a.recurrent_candidate = h_c;
-  a.candidate = std::tanh(x_c + a.r * h_c);
+  a.candidate = Math::Tanh(x_c + a.r * h_c);
   a.h = (Acc(1) - a.u) * a.candidate + a.u * h_prev;
   return a;
 }
@@ -52,9 +52,9 @@ TF_LSTM_HOST_DEVICE inline GruGradients<Acc> GruBackward(const GruActivations<Ac
 }
 
 // Plain RNN: h = tanh(a) or relu(a), a = W x + b_W + R h_prev + b_R.
-template <typename Acc>
+template <typename Acc, typename Math = ExactMath>
 TF_LSTM_HOST_DEVICE inline Acc SimpleRnnForward(bool relu, Acc a) {
-  return relu ? (a > Acc(0) ? a : Acc(0)) : std::tanh(a);
+  return relu ? (a > Acc(0) ? a : Acc(0)) : Math::Tanh(a);
 }
 
 // Gradient w.r.t. a, from the output h.
