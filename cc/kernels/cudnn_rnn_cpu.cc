@@ -158,7 +158,6 @@ void ForwardPseudoLayer(const CPUDevice& d, const PseudoLayer<A>& pl, const RnnR
   const int64_t T = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
   const int64_t G = m.gate_width(), D = m.num_dirs;
   InputProjection(d, pl, T * B, x, xw);
-  const CellParams<A> lstm{A(0), A(0), false, false};
   const bool relu = m.mode == RnnMode::kRnnRelu;
   for (int64_t step = 0; step < T; ++step) {
     const int64_t t = TimeOf(pl.dir, step, T);
@@ -177,36 +176,55 @@ void ForwardPseudoLayer(const CPUDevice& d, const PseudoLayer<A>& pl, const RnnR
           }
           continue;
         }
-        const A* gx = xw + (t * B + b) * G;
-        const A* gh = rec + b * G;
-        for (int64_t j = 0; j < H; ++j) {
-          auto x_side = [&](int g) { return gx[g * H + j] + pl.bias_w[g * H + j]; };
-          auto h_side = [&](int g) { return gh[g * H + j] + pl.bias_r[g * H + j]; };
-          switch (m.mode) {
-            case RnnMode::kLstm: {  // gates i, f, c, o: lstm_cell.h's IFCO layout
-              const CellActivations<A> a = CellForward<A, Math>(
-                  lstm, x_side(0) + h_side(0), x_side(2) + h_side(2), x_side(1) + h_side(1),
-                  x_side(3) + h_side(3), c_prev[b * H + j], A(0), A(0), A(0));
-              saved[j] = a.i;
-              saved[H + j] = a.f;
-              saved[2 * H + j] = a.ci;
-              saved[3 * H + j] = a.o;
-              pl.c[(t * B + b) * H + j] = a.cs;
-              (m.has_proj() ? m_buf + b * H : h_out + b * Hr)[j] = a.h;
-              break;
-            }
-            case RnnMode::kGru: {
-              const GruActivations<A> a = GruForward<A, Math>(x_side(0), x_side(1), x_side(2), h_side(0),
-                                                        h_side(1), h_side(2), h_prev[b * Hr + j]);
-              saved[j] = a.r;
-              saved[H + j] = a.u;
-              saved[2 * H + j] = a.candidate;
-              saved[3 * H + j] = a.recurrent_candidate;
-              h_out[b * Hr + j] = a.h;
-              break;
-            }
-            default:
-              h_out[b * Hr + j] = SimpleRnnForward<A, Math>(relu, x_side(0) + h_side(0));
+        // Pre-activation halves of gate g at unit j: input side (W·x + b_W), recurrent side
+        // (R·h + b_R). One loop per mode, without branches, so that each vectorises.
+        // (__restrict: these buffers never overlap; GCC then needs no alias checks.)
+        const A* __restrict gx = xw + (t * B + b) * G;
+        const A* __restrict gh = rec + b * G;
+        const A* __restrict bw = pl.bias_w;
+        const A* __restrict br = pl.bias_r;
+        auto x_side = [=](int g, int64_t j) { return gx[g * H + j] + bw[g * H + j]; };
+        auto h_side = [=](int g, int64_t j) { return gh[g * H + j] + br[g * H + j]; };
+        if (m.mode == RnnMode::kLstm) {  // gates i, f, c, o: lstm_cell.h's IFCO layout
+          const A* __restrict c_in = c_prev + b * H;
+          A* __restrict c_out = pl.c + (t * B + b) * H;
+          A* __restrict m_out = m.has_proj() ? m_buf + b * H : h_out + b * Hr;
+          A* __restrict saved_out = saved;
+          // cuDNN's LSTM: no forget bias, clipping or peepholes; constant here, so the selects
+          // for them fold away and the loop vectorises.
+          const CellParams<A> cell{A(0), A(0), false, false};
+#pragma GCC ivdep  // distinct buffers: no alias checks needed
+          for (int64_t j = 0; j < H; ++j) {
+            const CellActivations<A> a = CellForward<A, Math>(
+                cell, x_side(0, j) + h_side(0, j), x_side(2, j) + h_side(2, j),
+                x_side(1, j) + h_side(1, j), x_side(3, j) + h_side(3, j), c_in[j], A(0), A(0),
+                A(0));
+            saved_out[j] = a.i;
+            saved_out[H + j] = a.f;
+            saved_out[2 * H + j] = a.ci;
+            saved_out[3 * H + j] = a.o;
+            c_out[j] = a.cs;
+            m_out[j] = a.h;
+          }
+        } else if (m.mode == RnnMode::kGru) {
+          const A* __restrict h_in = h_prev + b * Hr;
+          A* __restrict saved_out = saved;
+          A* __restrict h_row = h_out + b * Hr;
+#pragma GCC ivdep
+          for (int64_t j = 0; j < H; ++j) {
+            const GruActivations<A> a =
+                GruForward<A, Math>(x_side(0, j), x_side(1, j), x_side(2, j), h_side(0, j),
+                                    h_side(1, j), h_side(2, j), h_in[j]);
+            saved_out[j] = a.r;
+            saved_out[H + j] = a.u;
+            saved_out[2 * H + j] = a.candidate;
+            saved_out[3 * H + j] = a.recurrent_candidate;
+            h_row[j] = a.h;
+          }
+        } else {
+#pragma GCC ivdep
+          for (int64_t j = 0; j < H; ++j) {
+            h_out[b * Hr + j] = SimpleRnnForward<A, Math>(relu, x_side(0, j) + h_side(0, j));
           }
         }
       }
@@ -344,39 +362,53 @@ void BackwardPseudoLayer(const CPUDevice& d, const PseudoLayer<A>& pl, const Rnn
           if (m_seq) std::fill(m_seq + (t * B + b) * H, m_seq + (t * B + b + 1) * H, A(0));
           continue;
         }
-        const A* saved = pl.gates + (t * B + b) * kSavedGates * H;
-        for (int64_t j = 0; j < H; ++j) {
-          switch (m.mode) {
-            case RnnMode::kLstm: {
-              const A cs = pl.c[(t * B + b) * H + j], co = Math::Tanh(cs);
-              const CellActivations<A> a{saved[j], cs, saved[H + j], saved[3 * H + j],
-                                         saved[2 * H + j], co, A(0)};
-              const A dm_j = m.has_proj() ? dm[b * H + j] : dht[b * Hr + j];
-              if (m_seq) m_seq[(t * B + b) * H + j] = a.o * co;
-              const CellGradients<A> g =
-                  CellBackward<A>(false, a, c_prev[b * H + j], A(0), A(0), A(0), dc[b * H + j],
-                                  dm_j, no_direct);
-              gx[j] = g.d_i;
-              gx[H + j] = g.d_f;
-              gx[2 * H + j] = g.d_c;
-              gx[3 * H + j] = g.d_o;
-              dc[b * H + j] = g.cs_prev_grad;
-              break;
-            }
-            case RnnMode::kGru: {
-              const GruActivations<A> a{saved[j], saved[H + j], saved[2 * H + j],
-                                        saved[3 * H + j], A(0)};
-              const GruGradients<A> g = GruBackward<A>(a, h_prev[b * Hr + j], dht[b * Hr + j]);
-              gx[j] = gh[j] = g.d_r;
-              gx[H + j] = gh[H + j] = g.d_u;
-              gx[2 * H + j] = g.d_xc;
-              gh[2 * H + j] = g.d_hc;
-              direct[b * Hr + j] = g.h_prev_direct;
-              break;
-            }
-            default:
-              gx[j] = SimpleRnnBackward<A>(relu, pl.h[(t * B + b) * Hr + j], dht[b * Hr + j]);
+        // (__restrict: distinct buffers, so GCC vectorises without alias checks; dc_row is read
+        // and written at the same index only.)
+        const A* __restrict saved = pl.gates + (t * B + b) * kSavedGates * H;
+        const A* __restrict dh_row = dht + b * Hr;
+        A* __restrict gx_row = gx;
+        A* __restrict gh_row = gh;
+        if (m.mode == RnnMode::kLstm) {
+          const A* __restrict c_row = pl.c + (t * B + b) * H;
+          const A* __restrict c_in = c_prev + b * H;
+          // dL/dm is dL/dh without a projection.
+          const A* __restrict dm_row = m.has_proj() ? dm + b * H : dh_row;
+          A* m_row = m_seq ? m_seq + (t * B + b) * H : nullptr;
+          A* __restrict dc_row = dc + b * H;
+#pragma GCC ivdep
+          for (int64_t j = 0; j < H; ++j) {
+            const A co = Math::Tanh(c_row[j]);
+            const CellActivations<A> a{saved[j], c_row[j], saved[H + j], saved[3 * H + j],
+                                       saved[2 * H + j], co, A(0)};
+            const CellGradients<A> g = CellBackward<A>(false, a, c_in[j], A(0), A(0), A(0),
+                                                       dc_row[j], dm_row[j], no_direct);
+            gx_row[j] = g.d_i;
+            gx_row[H + j] = g.d_f;
+            gx_row[2 * H + j] = g.d_c;
+            gx_row[3 * H + j] = g.d_o;
+            dc_row[j] = g.cs_prev_grad;
           }
+          if (m_row) {  // m = o * tanh(c), for dPmat
+            for (int64_t j = 0; j < H; ++j) m_row[j] = saved[3 * H + j] * Math::Tanh(c_row[j]);
+          }
+        } else if (gru) {
+          const A* __restrict h_in = h_prev + b * Hr;
+          A* __restrict direct_row = direct + b * Hr;
+#pragma GCC ivdep
+          for (int64_t j = 0; j < H; ++j) {
+            const GruActivations<A> a{saved[j], saved[H + j], saved[2 * H + j], saved[3 * H + j],
+                                      A(0)};
+            const GruGradients<A> g = GruBackward<A>(a, h_in[j], dh_row[j]);
+            gx_row[j] = gh_row[j] = g.d_r;
+            gx_row[H + j] = gh_row[H + j] = g.d_u;
+            gx_row[2 * H + j] = g.d_xc;
+            gh_row[2 * H + j] = g.d_hc;
+            direct_row[j] = g.h_prev_direct;
+          }
+        } else {
+          const A* h_row = pl.h + (t * B + b) * Hr;
+#pragma GCC ivdep
+          for (int64_t j = 0; j < H; ++j) gx[j] = SimpleRnnBackward<A>(relu, h_row[j], dh_row[j]);
         }
       }
     });

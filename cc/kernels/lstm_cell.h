@@ -76,19 +76,19 @@ TF_LSTM_HOST_DEVICE inline CellActivations<Acc> CellForward(const CellParams<Acc
                                                             Acc g_c, Acc g_f, Acc g_o,
                                                             Acc cs_prev, Acc wci, Acc wcf,
                                                             Acc wco) {
+  // Selects, not branches: with the flags known at compile time (the CPU kernels instantiate each
+  // combination) they fold away and loops over elements vectorise. An unused peephole term is
+  // exactly 0 (x + 0 == x), whatever NaN or Inf the unused weights hold.
+  const bool peep = p.use_peephole;
   CellActivations<Acc> a;
-  a.i = Math::Sigmoid(p.use_peephole ? g_i + cs_prev * wci : g_i);
+  a.i = Math::Sigmoid(g_i + (peep ? cs_prev * wci : Acc(0)));
   a.ci = Math::Tanh(g_c);
-  const Acc f_in = g_f + p.forget_bias;
-  a.f = Math::Sigmoid(p.use_peephole ? f_in + cs_prev * wcf : f_in);
-  Acc cs = a.i * a.ci + a.f * cs_prev;
-  if (p.clip_active) {
-    cs = cs < -p.cell_clip ? -p.cell_clip : cs;
-    cs = cs > p.cell_clip ? p.cell_clip : cs;
-  }
-  a.cs = cs;
-  a.co = Math::Tanh(cs);  // tanh of the clipped state
-  a.o = Math::Sigmoid(p.use_peephole ? g_o + cs * wco : g_o);  // output peephole sees the new state
+  a.f = Math::Sigmoid((g_f + p.forget_bias) + (peep ? cs_prev * wcf : Acc(0)));
+  const Acc c = a.i * a.ci + a.f * cs_prev;
+  const Acc clipped = c < -p.cell_clip ? -p.cell_clip : (c > p.cell_clip ? p.cell_clip : c);
+  a.cs = p.clip_active ? clipped : c;
+  a.co = Math::Tanh(a.cs);  // tanh of the clipped state
+  a.o = Math::Sigmoid(g_o + (peep ? a.cs * wco : Acc(0)));  // output peephole sees the new state
   a.h = a.o * a.co;
   return a;
 }
@@ -123,12 +123,12 @@ TF_LSTM_HOST_DEVICE inline CellGradients<Acc> CellBackward(bool use_peephole,
   CellGradients<Acc> g;
   g.d_o = (o_slope * dh) * a.co + o_slope * ext.o;
   Acc d_cs = ((co_slope * dh) * a.o) + dcs + co_slope * ext.co;
-  if (use_peephole) d_cs = d_cs + g.d_o * wco;
+  d_cs = use_peephole ? d_cs + g.d_o * wco : d_cs;  // selects, not branches: see CellForward
   g.d_c = (ci_slope * d_cs) * a.i + ci_slope * ext.ci;
   g.d_f = (f_slope * d_cs) * cs_prev + f_slope * ext.f;
   g.d_i = (i_slope * d_cs) * a.ci + i_slope * ext.i;
   g.cs_prev_grad = d_cs * a.f;
-  if (use_peephole) g.cs_prev_grad = (g.cs_prev_grad + g.d_i * wci) + g.d_f * wcf;
+  g.cs_prev_grad = use_peephole ? (g.cs_prev_grad + g.d_i * wci) + g.d_f * wcf : g.cs_prev_grad;
   return g;
 }
 

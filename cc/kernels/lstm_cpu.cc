@@ -38,9 +38,6 @@ struct Peepholes {
     TF_RETURN_IF_ERROR(AsAcc(ctx, in.wcf, h, &holder[1], &wcf));
     return AsAcc(ctx, in.wco, h, &holder[2], &wco);
   }
-  A ci(int64_t j) const { return wci ? wci[j] : A(0); }
-  A cf(int64_t j) const { return wcf ? wcf[j] : A(0); }
-  A co(int64_t j) const { return wco ? wco[j] : A(0); }
 };
 
 // Offsets every non-null pointer of a per-step tensor set to step t.
@@ -50,38 +47,86 @@ LstmActivations<const T*> AtStep(const LstmActivations<const T*>& p, int64_t t, 
   return {at(p.i), at(p.cs), at(p.f), at(p.o), at(p.ci), at(p.co), at(p.h)};
 }
 
-// One backward element-wise step over [B, H]: dgates [B, 4H] and the cell-state gradient for the
-// previous step. `out_grads` are this step's gradients w.r.t. the outputs (cs and h always set,
-// i/f/o/ci/co nullptr when zero). dc_carry / dh_carry (carried from step t+1) may be nullptr
-// (zero). dc_out may alias dc_carry (element-wise).
+// The fused forward pass of one step for batch rows [begin, end): bias, activations, state
+// update and the seven saved outputs. kPeephole and kClip are compile-time so the per-unit loop
+// has no branches and vectorises.
+template <typename T, typename A, typename Math, bool kPeephole, bool kClip>
+void ForwardRows(int64_t begin, int64_t end, int64_t H, GateBlocks blk, A forget_bias,
+                 A cell_clip, const A* xw_t, const A* rec, const A* bias, const T* cs_prev,
+                 const Peepholes<T, A>& peep, const LstmActivations<T*>& out, A* h_acc) {
+  const CellParams<A> params{forget_bias, cell_clip, kClip, kPeephole};
+  const int64_t G = 4 * H;
+  for (int64_t b = begin; b < end; ++b) {
+    const A *gx = xw_t + b * G, *gr = rec + b * G;
+    auto gate = [=](int block, int64_t j) {
+      const int64_t c = block * H + j;
+      return (gx[c] + gr[c]) + bias[c];
+    };
+#pragma GCC ivdep  // distinct buffers: no alias checks needed
+    for (int64_t j = 0; j < H; ++j) {
+      const int64_t k = b * H + j;
+      const CellActivations<A> a = CellForward<A, Math>(
+          params, gate(blk.i, j), gate(blk.c, j), gate(blk.f, j), gate(blk.o, j), A(cs_prev[k]),
+          kPeephole ? peep.wci[j] : A(0), kPeephole ? peep.wcf[j] : A(0),
+          kPeephole ? peep.wco[j] : A(0));
+      out.i[k] = T(a.i);
+      out.cs[k] = T(a.cs);
+      out.f[k] = T(a.f);
+      out.o[k] = T(a.o);
+      out.ci[k] = T(a.ci);
+      out.co[k] = T(a.co);
+      out.h[k] = T(a.h);
+      if constexpr (!std::is_same_v<T, A>) h_acc[k] = A(out.h[k]);  // the state, as stored
+    }
+  }
+}
+
+// The fused backward pass of one step for batch rows [begin, end): dgates [B, 4H] and the cell
+// state gradient for the previous step (dc_out may alias dc_carry: element-wise). `out_grads`
+// are this step's gradients w.r.t. the outputs; kDirect says whether i/f/o/ci/co are present
+// (BlockLSTMFullGrad) or zero (the TF grad ops).
+template <typename T, typename A, bool kPeephole, bool kDirect>
+void BackwardRows(int64_t begin, int64_t end, int64_t H, GateBlocks blk,
+                  const Peepholes<T, A>& peep, const LstmActivations<const T*>& act,
+                  const T* cs_prev, const LstmActivations<const T*>& out_grads,
+                  const A* dc_carry, const A* dh_carry, A* dgates, A* dc_out) {
+  for (int64_t b = begin; b < end; ++b) {
+    A* dg = dgates + b * 4 * H;
+#pragma GCC ivdep
+    for (int64_t j = 0; j < H; ++j) {
+      const int64_t k = b * H + j;
+      const CellActivations<A> a{A(act.i[k]),  A(act.cs[k]), A(act.f[k]), A(act.o[k]),
+                                 A(act.ci[k]), A(act.co[k]), A(0)};
+      auto direct = [k](const T* p) { return kDirect ? A(p[k]) : A(0); };
+      const CellGradients<A> g = CellBackward<A>(
+          kPeephole, a, A(cs_prev[k]), kPeephole ? peep.wci[j] : A(0),
+          kPeephole ? peep.wcf[j] : A(0), kPeephole ? peep.wco[j] : A(0),
+          A(out_grads.cs[k]) + dc_carry[k], A(out_grads.h[k]) + dh_carry[k],
+          {direct(out_grads.i), direct(out_grads.f), direct(out_grads.o), direct(out_grads.ci),
+           direct(out_grads.co)});
+      dg[blk.i * H + j] = g.d_i;
+      dg[blk.c * H + j] = g.d_c;
+      dg[blk.f * H + j] = g.d_f;
+      dg[blk.o * H + j] = g.d_o;
+      dc_out[k] = g.cs_prev_grad;
+    }
+  }
+}
+
+// One backward step over all rows, on the intra-op threads. dc_carry / dh_carry are the
+// gradients carried from step t+1 (zeros before the first step).
 template <typename T, typename A>
 void BackwardStep(const CPUDevice& d, int64_t batch, int64_t cell, const LstmAttrs& attrs,
                   const Peepholes<T, A>& peep, const LstmActivations<const T*>& act,
                   const T* cs_prev, const LstmActivations<const T*>& out_grads,
                   const A* dc_carry, const A* dh_carry, A* dgates, A* dc_out) {
   const GateBlocks blk = BlocksOf(attrs.layout);
-  ParallelFor(d, batch, cell * 10 * sizeof(T), cell * 40.0, [&](int64_t begin, int64_t end) {
-    for (int64_t b = begin; b < end; ++b) {
-      A* dg = dgates + b * 4 * cell;
-      for (int64_t j = 0; j < cell; ++j) {
-        const int64_t k = b * cell + j;
-        const CellActivations<A> a{A(act.i[k]),  A(act.cs[k]), A(act.f[k]), A(act.o[k]),
-                                   A(act.ci[k]), A(act.co[k]), A(0)};
-        const A dcs = A(out_grads.cs[k]) + (dc_carry ? dc_carry[k] : A(0));
-        const A dh = A(out_grads.h[k]) + (dh_carry ? dh_carry[k] : A(0));
-        auto ext = [k](const T* p) { return p ? A(p[k]) : A(0); };
-        const ActivationGradients<A> direct{ext(out_grads.i), ext(out_grads.f), ext(out_grads.o),
-                                            ext(out_grads.ci), ext(out_grads.co)};
-        const CellGradients<A> g = CellBackward<A>(attrs.use_peephole, a, A(cs_prev[k]),
-                                                   peep.ci(j), peep.cf(j), peep.co(j), dcs, dh,
-                                                   direct);
-        dg[blk.i * cell + j] = g.d_i;
-        dg[blk.c * cell + j] = g.d_c;
-        dg[blk.f * cell + j] = g.d_f;
-        dg[blk.o * cell + j] = g.d_o;
-        dc_out[k] = g.cs_prev_grad;
-      }
-    }
+  WithFlags(attrs.use_peephole, out_grads.i != nullptr, [&](auto peephole, auto direct) {
+    ParallelFor(d, batch, cell * 10 * sizeof(T), cell * 20.0, [&](int64_t begin, int64_t end) {
+      BackwardRows<T, A, decltype(peephole)::value, decltype(direct)::value>(
+          begin, end, cell, blk, peep, act, cs_prev, out_grads, dc_carry, dh_carry, dgates,
+          dc_out);
+    });
   });
 }
 
@@ -157,30 +202,15 @@ struct LstmForward<CPUDevice, T> {
 
       const T* cs_prev = t == 0 ? in.cs_prev : out.cs + (t - 1) * step;
       const A* xw_t = xw + t * B * G;
-      ParallelFor(d, B, H * 12 * sizeof(T), H * 60.0, [&](int64_t begin, int64_t end) {
-        for (int64_t b = begin; b < end; ++b) {
-          const A* gx = xw_t + b * G;
-          const A* gr = rec + b * G;
-          auto gate = [&](int block, int64_t j) {
-            const int64_t c = block * H + j;
-            return (gx[c] + gr[c]) + bias[c];
-          };
-          for (int64_t j = 0; j < H; ++j) {
-            const int64_t k = b * H + j;
-            const CellActivations<A> a =
-                CellForward<A, MathFor<T>>(params, gate(blk.i, j), gate(blk.c, j), gate(blk.f, j),
-                               gate(blk.o, j), A(cs_prev[k]), peep.ci(j), peep.cf(j), peep.co(j));
-            const int64_t o = t * step + k;
-            out.i[o] = T(a.i);
-            out.cs[o] = T(a.cs);
-            out.f[o] = T(a.f);
-            out.o[o] = T(a.o);
-            out.ci[o] = T(a.ci);
-            out.co[o] = T(a.co);
-            out.h[o] = T(a.h);
-            if (h_acc != nullptr) h_acc[k] = A(out.h[o]);
-          }
-        }
+      auto at_t = [&](T* p) { return p + t * step; };
+      const LstmActivations<T*> out_t{at_t(out.i),  at_t(out.cs), at_t(out.f), at_t(out.o),
+                                      at_t(out.ci), at_t(out.co), at_t(out.h)};
+      WithFlags(params.use_peephole, params.clip_active, [&](auto peephole, auto clip) {
+        ParallelFor(d, B, H * 12 * sizeof(T), H * 20.0, [&](int64_t begin, int64_t end) {
+          ForwardRows<T, A, MathFor<T>, decltype(peephole)::value, decltype(clip)::value>(
+              begin, end, H, blk, params.forget_bias, params.cell_clip, xw_t, rec, bias,
+              cs_prev, peep, out_t, h_acc);
+        });
       });
     }
     return absl::OkStatus();
@@ -226,12 +256,12 @@ struct LstmBackward<CPUDevice, T> {
     TF_RETURN_IF_ERROR(AllocateScratch(ctx, step, &dh_holder, &dh));
 
     // Reverse sweep: only the element-wise step and dgates_t·Whᵀ are on the sequential path.
+    Fill(d, dc, step, A(0));  // nothing is carried into the last step
+    Fill(d, dh, step, A(0));
     for (int64_t t = L - 1; t >= 0; --t) {
       const T* cs_prev = t == 0 ? in.cs_prev : act.cs + (t - 1) * step;
-      const bool last = t == L - 1;
       BackwardStep<T, A>(d, B, H, attrs, peep, AtStep(act, t, step), cs_prev,
-                         AtStep(out_grads, t, step), last ? nullptr : dc, last ? nullptr : dh,
-                         dgates + t * B * G, dc);
+                         AtStep(out_grads, t, step), dc, dh, dgates + t * B * G, dc);
       Gemm(d, false, true, B, H, G, dgates + t * B * G, w_h, false, dh);
     }
     Convert(d, dc, grads.cs_prev, step);
@@ -294,7 +324,11 @@ struct LstmCellBackward<CPUDevice, T> {
     A *dgates, *dc;
     TF_RETURN_IF_ERROR(AllocateScratch(ctx, 4 * step, &dg_holder, &dgates));
     TF_RETURN_IF_ERROR(AllocateScratch(ctx, step, &dc_holder, &dc));
-    BackwardStep<T, A>(d, B, H, attrs, peep, act, in.cs_prev, out_grads, nullptr, nullptr, dgates,
+    Tensor zeros_holder;
+    A* zeros;
+    TF_RETURN_IF_ERROR(AllocateScratch(ctx, step, &zeros_holder, &zeros));
+    Fill(d, zeros, step, A(0));
+    BackwardStep<T, A>(d, B, H, attrs, peep, act, in.cs_prev, out_grads, zeros, zeros, dgates,
                        dc);
     Convert(d, dgates, dgates_out, 4 * step);
     Convert(d, dc, cs_prev_grad, step);
