@@ -41,7 +41,7 @@ say() { printf '\033[1m[configure]\033[0m %s\n' "$*"; }
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || {
   echo "configure.sh: '$PYTHON' is not Python 3.11+ (set PYTHON=/path/to/python3.11)" >&2; exit 1; }
 
-REQUIREMENTS=("$TF_PACKAGE==$TF_VERSION" "numpy>=1.26,<3" "pytest>=8,<10" "pybind11>=2.12,<4")
+REQUIREMENTS=("$TF_PACKAGE==$TF_VERSION" "numpy>=1.26,<3" "pytest>=8,<10" "pybind11>=2.12,<4" "matplotlib>=3.8,<4")
 if [[ "$NO_VENV" == 1 ]]; then
   VENV_PY=$(command -v "$PYTHON")
 else
