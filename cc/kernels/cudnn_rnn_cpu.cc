@@ -19,47 +19,6 @@ namespace {
 
 using namespace cpu;  // NOLINT: the shared CPU building blocks (CPUDevice, Gemm, ...)
 
-// Saved gate activations per element: LSTM i, f, c~, o; GRU r, u, h~, R_h h + b_Rh.
-constexpr int kSavedGates = 4;
-
-// Offsets (in compute-type elements, after the header) of everything the workspace holds.
-class WorkspaceLayout {
- public:
-  WorkspaceLayout(const RnnModel& m, const RnnRun& run, bool dropout) {
-    const int64_t tb = run.time * run.batch;
-    const bool lstm = m.mode == RnnMode::kLstm;
-    const int64_t per_pseudo_layer =
-        tb * (m.output_width() + (lstm ? m.num_units : 0) +
-              (m.mode == RnnMode::kLstm || m.mode == RnnMode::kGru ? kSavedGates * m.num_units
-                                                                   : 0));
-    h_ = 0;
-    c_ = tb * m.output_width();
-    gates_ = c_ + (lstm ? tb * m.num_units : 0);
-    pseudo_layer_size_ = per_pseudo_layer;
-    layer_inputs_ = per_pseudo_layer * m.num_pseudo_layers();
-    layer_input_size_ = tb * m.num_dirs * m.output_width();
-    mask_ = dropout ? layer_input_size_ : 0;
-    total_ = layer_inputs_ + (m.num_layers - 1) * (layer_input_size_ + mask_);
-  }
-  int64_t h(int64_t p) const { return p * pseudo_layer_size_ + h_; }
-  int64_t c(int64_t p) const { return p * pseudo_layer_size_ + c_; }
-  int64_t gates(int64_t p) const { return p * pseudo_layer_size_ + gates_; }
-  // Input of layer l >= 1 (after dropout) and its dropout scale (0 or 1 / (1 - rate)).
-  int64_t input(int64_t l) const { return layer_inputs_ + (l - 1) * (layer_input_size_ + mask_); }
-  int64_t mask(int64_t l) const { return input(l) + layer_input_size_; }
-  int64_t total() const { return total_; }
-
- private:
-  int64_t h_, c_, gates_, pseudo_layer_size_, layer_inputs_, layer_input_size_, mask_, total_;
-};
-
-uint64_t Mix(uint64_t x) {  // splitmix64 finaliser
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 // [T,B,n] (time-major) view of a [T,B,n] or [B,T,n] tensor, in the compute type.
 template <typename T, typename A>
 absl::Status ToTimeMajor(OpKernelContext* ctx, const RnnRun& run, int64_t n, const T* src,
@@ -89,11 +48,6 @@ void FromTimeMajor(const CPUDevice& d, const RnnRun& run, int64_t n, const A* sr
       for (int64_t k = 0; k < n; ++k) row[k] = static_cast<T>(src[tb * n + k]);
     }
   });
-}
-
-// Step `step` of direction `dir` processes time index t; its predecessor is t -+ 1.
-inline int64_t TimeOf(int64_t dir, int64_t step, int64_t time) {
-  return dir == 0 ? step : time - 1 - step;
 }
 
 // Everything one pseudo-layer's passes need, resolved once.
@@ -308,11 +262,10 @@ absl::Status Forward(OpKernelContext* ctx, const RnnModel& m, const RnnRun& run,
       if (dropout.active(m)) {
         A* mask = ws + lay.mask(l + 1);
         const A scale = A(1) / (A(1) - A(dropout.rate));
-        const uint64_t stream = Mix(dropout.seed ^ Mix(dropout.call * 0x100 + l));
+        const uint64_t stream = DropoutStream(dropout, l);
         ParallelFor(d, n, 16, 20, [&](int64_t begin, int64_t end) {
           for (int64_t k = begin; k < end; ++k) {
-            const double u = (Mix(stream + k) >> 11) * (1.0 / 9007199254740992.0);
-            mask[k] = u < dropout.rate ? A(0) : scale;
+            mask[k] = DropoutDrops(stream, k, dropout.rate) ? A(0) : scale;
             next[k] = y[k] * mask[k];
           }
         });
@@ -532,39 +485,6 @@ absl::Status Backward(OpKernelContext* ctx, const RnnModel& m, const RnnRun& run
 }
 
 }  // namespace
-
-int64_t RnnWorkspaceBytes(const RnnModel& m, const RnnRun& run, bool dropout, int acc_size) {
-  // Overflow guard on the largest product before the layout's plain arithmetic.
-  int64_t tb, per_elem, total;
-  const int64_t widest = std::max<int64_t>(m.output_width() + (kSavedGates + 1) * m.num_units,
-                                           2 * m.num_dirs * m.output_width());
-  if (__builtin_mul_overflow(run.time, run.batch, &tb) ||
-      __builtin_mul_overflow(widest, m.num_pseudo_layers() + m.num_layers, &per_elem) ||
-      __builtin_mul_overflow(tb, per_elem, &total) ||
-      __builtin_mul_overflow(total, static_cast<int64_t>(acc_size), &total) ||
-      total > (int64_t{1} << 62)) {
-    return -1;
-  }
-  return sizeof(RnnReserveHeader) + WorkspaceLayout(m, run, dropout).total() * acc_size;
-}
-
-uint64_t RnnConfigHash(const RnnModel& m, const RnnRun& run, const RnnDropout& dropout,
-                       int dtype_size) {
-  uint64_t h = Mix(static_cast<uint64_t>(m.mode) + 1);
-  for (int64_t v : {m.num_layers, m.num_units, m.input_size, m.num_proj, m.num_dirs,
-                    static_cast<int64_t>(m.skip_input), run.time, run.batch,
-                    static_cast<int64_t>(dtype_size)}) {
-    h = Mix(h ^ static_cast<uint64_t>(v));
-  }
-  const float rate = dropout.active(m) ? dropout.rate : 0.0f;  // only when masks exist
-  uint32_t rate_bits;
-  std::memcpy(&rate_bits, &rate, sizeof(rate_bits));
-  h = Mix(h ^ rate_bits);
-  for (int64_t b = 0; b < run.batch; ++b) {
-    h = Mix(h ^ static_cast<uint64_t>(run.seq_lengths ? run.seq_lengths[b] : run.time));
-  }
-  return h;
-}
 
 template <typename T>
 struct CudnnRnnForward<CPUDevice, T> {

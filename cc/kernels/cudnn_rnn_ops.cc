@@ -230,11 +230,7 @@ class CudnnRNNForwardOp : public OpKernel {
       OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_UINT8, TensorShape({bytes}), &scratch));
       workspace = scratch.flat<uint8_t>().data();
     }
-    RnnReserveHeader header{};
-    header.magic = kRnnReserveMagic;
-    header.config_hash = RnnConfigHash(m, run, dropout, sizeof(T));
-    header.bytes = bytes;
-    header.dropout = dropout.active(m) ? 1 : 0;
+    const RnnReserveHeader header = MakeReserveHeader(m, run, dropout, sizeof(T), sizeof(Acc));
     std::memcpy(workspace, &header, sizeof(header));
 
     if (kVersion >= 2) {  // {algo id, tensor-op flag} for V2 training; a scalar otherwise

@@ -3,11 +3,7 @@
 #ifndef TF_LSTM_OPS_CC_KERNELS_GATE_LAYOUT_H_
 #define TF_LSTM_OPS_CC_KERNELS_GATE_LAYOUT_H_
 
-#if defined(__CUDACC__)
-#define TF_LSTM_HOST_DEVICE __host__ __device__
-#else
-#define TF_LSTM_HOST_DEVICE
-#endif
+#include "cc/kernels/host_device.h"
 
 namespace tf_lstm_ops {
 

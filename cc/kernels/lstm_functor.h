@@ -3,43 +3,10 @@
 #ifndef TF_LSTM_OPS_CC_KERNELS_LSTM_FUNCTOR_H_
 #define TF_LSTM_OPS_CC_KERNELS_LSTM_FUNCTOR_H_
 
-#include <cstdint>
-
-#include "cc/kernels/gate_layout.h"
+#include "cc/kernels/lstm_types.h"
 #include "tensorflow/core/framework/op_kernel.h"
 
 namespace tf_lstm_ops {
-
-// T time steps, B batch, I input size, H cell size.
-struct LstmDims {
-  int64_t time, batch, input, cell;
-};
-
-struct LstmAttrs {
-  GateLayout layout;
-  float forget_bias;  // 0 for V2
-  float cell_clip;    // > 0 enables clipping
-  bool use_peephole;
-};
-
-// The nine forward inputs (seq_len_max aside). w is [I+H, 4H], b [4H], wc* [H] (read only with
-// use_peephole).
-template <typename T>
-struct LstmInputs {
-  const T *x, *cs_prev, *h_prev, *w, *wci, *wcf, *wco, *b;
-};
-
-// The seven per-step outputs, each [T, B, H] ([B, H] for the cell ops).
-template <typename P>
-struct LstmActivations {
-  P i, cs, f, o, ci, co, h;
-};
-
-// Gradients w.r.t. the eight float inputs, shaped like them.
-template <typename T>
-struct LstmInputGrads {
-  T *x, *cs_prev, *h_prev, *w, *wci, *wcf, *wco, *b;
-};
 
 // BlockLSTM / BlockLSTMV2 / LSTMBlockCell (time = 1): runs seq_len_max steps; every output is
 // zero at steps >= seq_len_max.
