@@ -1,0 +1,62 @@
+// HostBackend: the engines' device calls executed on the CPU, one element at a time, with a
+// reference GEMM of cuBLAS's exact column-major semantics. It is not fast and not meant to be:
+// it lets the GPU engines' logic run and be checked against the float64 reference on machines
+// without a GPU (the self-test's --backend host, part of the test suite).
+#ifndef TF_LSTM_OPS_CC_GPU_BACKEND_HOST_H_
+#define TF_LSTM_OPS_CC_GPU_BACKEND_HOST_H_
+
+#include <cstring>
+#include <type_traits>
+
+#include "cc/gpu/common.h"
+
+namespace tf_lstm_ops {
+namespace gpu {
+
+class HostBackend {
+ public:
+  static constexpr size_t kBlasWorkspaceBytes = 0;
+  void SetBlasWorkspace(void*) {}
+
+  template <typename F>
+  cudaError_t ForEach(int64_t n, const F& f) const {
+    static_assert(std::is_trivially_copyable_v<F>, "functors travel to the device by value");
+    for (int64_t i = 0; i < n; ++i) f(i);
+    return cudaSuccess;
+  }
+
+  cudaError_t Copy(void* dst, const void* src, size_t bytes) const {
+    if (bytes > 0) std::memmove(dst, src, bytes);
+    return cudaSuccess;
+  }
+
+  // Column-major C[m,n] = op(A)·op(B) (+ C): A is [m,k] (or [k,m] with trans_a) with leading
+  // dimension lda, as cublasGemmEx reads it; accumulates in Acc<Out> like CUBLAS_COMPUTE_32F/64F.
+  template <typename In, typename Out>
+  cudaError_t BlasGemm(bool trans_a, bool trans_b, int m, int n, int k, const In* a, int lda,
+                       const In* b, int ldb, bool accumulate, Out* c, int ldc) const {
+    using A = Acc<Out>;
+    if (lda < (trans_a ? k : m) || ldb < (trans_b ? n : k) || ldc < m) {
+      return cudaErrorInvalidValue;  // cuBLAS: CUBLAS_STATUS_INVALID_VALUE
+    }
+    for (int j = 0; j < n; ++j) {
+      for (int i = 0; i < m; ++i) {
+        A sum = accumulate ? Cast<A>(c[i + static_cast<int64_t>(j) * ldc]) : A(0);
+        for (int p = 0; p < k; ++p) {
+          const In av = trans_a ? a[p + static_cast<int64_t>(i) * lda]
+                                : a[i + static_cast<int64_t>(p) * lda];
+          const In bv = trans_b ? b[j + static_cast<int64_t>(p) * ldb]
+                                : b[p + static_cast<int64_t>(j) * ldb];
+          sum += Cast<A>(av) * Cast<A>(bv);
+        }
+        c[i + static_cast<int64_t>(j) * ldc] = Cast<Out>(sum);
+      }
+    }
+    return cudaSuccess;
+  }
+};
+
+}  // namespace gpu
+}  // namespace tf_lstm_ops
+
+#endif  // TF_LSTM_OPS_CC_GPU_BACKEND_HOST_H_

@@ -1,0 +1,127 @@
+"""Builds the GPU self-test module (cc/gpu/*.cu.cc + bindings) with nvcc, without TensorFlow
+or Bazel: `python cc/gpu/selftest/build.py [--arch 90]` or `import build; build.load()`.
+
+The module lands in build/gpu_selftest/ (gitignored) and is rebuilt only when a source, the
+flags or nvcc change. Objects compile in parallel.
+"""
+
+import argparse
+import concurrent.futures
+import glob
+import hashlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+OUT_DIR = os.path.join(ROOT, "build", "gpu_selftest")
+MODULE = "_rnn_gpu_selftest"
+
+
+def sources():
+    """The module's translation units: the launcher files, the runtime, the bindings."""
+    gpu = os.path.join(ROOT, "cc", "gpu")
+    return sorted(glob.glob(os.path.join(gpu, "*.cu.cc")) + [os.path.join(gpu, "cublas_runtime.cc")]
+                  + glob.glob(os.path.join(HERE, "*.cu.cc")))
+
+
+def headers():
+    return sorted(glob.glob(os.path.join(ROOT, "cc", "gpu", "*.h*"))
+                  + glob.glob(os.path.join(ROOT, "cc", "gpu", "selftest", "*.h"))
+                  + glob.glob(os.path.join(ROOT, "cc", "kernels", "*.h")))
+
+
+def find_nvcc():
+    nvcc = os.environ.get("NVCC") or shutil.which("nvcc")
+    if not nvcc and os.environ.get("CUDA_HOME"):
+        nvcc = os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc")
+    if not nvcc or not os.path.exists(nvcc):
+        raise RuntimeError("nvcc not found: put it on PATH or set NVCC or CUDA_HOME")
+    return nvcc
+
+
+def pybind11_include():
+    import pybind11
+
+    return pybind11.get_include()
+
+
+def gencode(arch):
+    """-gencode flags: the given compute capability (e.g. "90"), or sm_80 + sm_90 + PTX."""
+    archs = [arch] if arch else ["80", "90"]
+    flags = []
+    for a in archs:
+        flags += ["-gencode", "arch=compute_%s,code=sm_%s" % (a, a)]
+    flags += ["-gencode", "arch=compute_%s,code=compute_%s" % (archs[-1], archs[-1])]
+    return flags
+
+
+def build(arch=None, verbose=False, jobs=None):
+    """Compiles and links the module if it is out of date; returns its path."""
+    nvcc = find_nvcc()
+    version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+    common = ["-std=c++17", "-O2", "-Xcompiler", "-fPIC", "-Xcompiler", "-fvisibility=hidden",
+              "--expt-relaxed-constexpr", "-I" + ROOT, "-I" + pybind11_include(),
+              "-I" + sysconfig.get_paths()["include"]] + gencode(arch)
+    key = hashlib.sha256()
+    for path in sources() + headers():
+        key.update(path.encode())
+        with open(path, "rb") as f:
+            key.update(f.read())
+    key.update(" ".join(common).encode())
+    key.update(version.encode())
+    digest = key.hexdigest()[:16]
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    target = os.path.join(OUT_DIR, MODULE + suffix)
+    stamp = os.path.join(OUT_DIR, "stamp")
+    if os.path.exists(target) and os.path.exists(stamp) and open(stamp).read() == digest:
+        return target
+    os.makedirs(OUT_DIR, exist_ok=True)
+
+    def compile_one(src):
+        obj = os.path.join(OUT_DIR, os.path.basename(src) + ".o")
+        cmd = [nvcc] + common + ["-x", "cu", "-c", src, "-o", obj]
+        if verbose:
+            print(" ".join(cmd), flush=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError("nvcc failed on %s:\n%s%s" % (src, proc.stdout, proc.stderr))
+        return obj
+
+    jobs = jobs or min(8, os.cpu_count() or 1)
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        objects = list(pool.map(compile_one, sources()))
+    link = [nvcc, "-shared", "-o", target] + objects + gencode(arch) + ["-cudart", "static",
+                                                                         "-ldl", "-lrt"]
+    proc = subprocess.run(link, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError("linking %s failed:\n%s%s" % (target, proc.stdout, proc.stderr))
+    with open(stamp, "w") as f:
+        f.write(digest)
+    return target
+
+
+def load(arch=None, verbose=False):
+    """Builds if needed and imports the module."""
+    path = build(arch, verbose)
+    spec = importlib.util.spec_from_file_location(MODULE, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--arch", help="compute capability to build for, e.g. 90 (default: "
+                        "80 and 90 plus PTX)")
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    print(build(args.arch, args.verbose))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
