@@ -60,8 +60,9 @@ cudaError_t LstmBackward(cudaStream_t stream, const LstmDims& dims, const LstmAt
                          const LstmActivations<const T*>& out_grads,
                          const LstmInputGrads<T>& grads, void* scratch);
 
-// LSTMBlockCellGrad: cs_prev_grad [B,H], dgates [B,4H] (ICFO), wci/wcf/wco_grad [H] (zero
-// without use_peephole).
+// LSTMBlockCellGrad: cs_prev_grad [B,H], dgates [B,4H] (ICFO) and, with use_peephole only,
+// wci/wcf/wco_grad [H]. Without use_peephole they are not touched: the op does not check the
+// peephole lengths then (as TF), so the caller zero-fills them with their own length.
 template <typename T>
 size_t LstmCellBackwardScratchBytes(const LstmDims& dims, const LstmAttrs& attrs);
 template <typename T>
