@@ -1,8 +1,9 @@
 """Builds the GPU self-test module (cc/gpu/*.cu.cc + bindings) with nvcc, without TensorFlow
 or Bazel: `python cc/gpu/selftest/build.py [--arch 90]` or `import build; build.load()`.
 
-The module lands in build/gpu_selftest/ (gitignored) and is rebuilt only when a source, the
-flags or nvcc change. Objects compile in parallel.
+The module lands in build/gpu_selftest/sm_<arch>/ (gitignored; one folder per target, so the
+tests' sm_80 build and a GPU's own build do not evict each other) and is rebuilt only when a
+source, the flags or nvcc change. Objects compile in parallel.
 """
 
 import argparse
@@ -36,9 +37,12 @@ def headers():
 
 
 def find_nvcc():
+    """$NVCC, nvcc on PATH, $CUDA_HOME/bin/nvcc, then /usr/local/cuda/bin/nvcc."""
     nvcc = os.environ.get("NVCC") or shutil.which("nvcc")
     if not nvcc and os.environ.get("CUDA_HOME"):
         nvcc = os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc")
+    if not nvcc and os.path.exists("/usr/local/cuda/bin/nvcc"):
+        nvcc = "/usr/local/cuda/bin/nvcc"
     if not nvcc or not os.path.exists(nvcc):
         raise RuntimeError("nvcc not found: put it on PATH or set NVCC or CUDA_HOME")
     return nvcc
@@ -60,9 +64,15 @@ def gencode(arch):
     return flags
 
 
+def out_dir(arch=None):
+    """Where the module for `arch` is built."""
+    return os.path.join(OUT_DIR, "sm_" + (arch or "80_90"))
+
+
 def build(arch=None, verbose=False, jobs=None):
     """Compiles and links the module if it is out of date; returns its path."""
     nvcc = find_nvcc()
+    OUT = out_dir(arch)
     version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
     common = ["-std=c++17", "-O2", "-Xcompiler", "-fPIC", "-Xcompiler", "-fvisibility=hidden",
               "--expt-relaxed-constexpr", "-I" + ROOT, "-I" + pybind11_include(),
@@ -76,14 +86,14 @@ def build(arch=None, verbose=False, jobs=None):
     key.update(version.encode())
     digest = key.hexdigest()[:16]
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-    target = os.path.join(OUT_DIR, MODULE + suffix)
-    stamp = os.path.join(OUT_DIR, "stamp")
+    target = os.path.join(OUT, MODULE + suffix)
+    stamp = os.path.join(OUT, "stamp")
     if os.path.exists(target) and os.path.exists(stamp) and open(stamp).read() == digest:
         return target
-    os.makedirs(OUT_DIR, exist_ok=True)
+    os.makedirs(OUT, exist_ok=True)
 
     def compile_one(src):
-        obj = os.path.join(OUT_DIR, os.path.basename(src) + ".o")
+        obj = os.path.join(OUT, os.path.basename(src) + ".o")
         cmd = [nvcc] + common + ["-x", "cu", "-c", src, "-o", obj]
         if verbose:
             print(" ".join(cmd), flush=True)

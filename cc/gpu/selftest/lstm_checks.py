@@ -1,23 +1,12 @@
 """Framework-neutral checks of the LSTM block-op engine (cc/gpu/lstm_engine.h) against the
 float64 NumPy reference (tests/reference.py).
 
-Used by tests/test_gpu_lstm_engine.py (backend "host", NumPy buffers) and meant for a GPU
-self-test CLI (backend "cuda", device buffers). The engine is reached through the self-test
-module (build.py) and an *allocator* that owns the buffers:
-
-    alloc.backend                  "host" or "cuda": what the module is asked to run on
-    alloc.stream                   the stream handed to the module (an int)
-    alloc.upload(values, dtype)    float64 array -> buffer holding it in dtype's storage
-    alloc.empty(shape, dtype)      an output buffer, poisoned (NaN) so unwritten values show
-    alloc.download(buf, dtype)     buffer -> float64 NumPy array of its shape
-    alloc.scratch(nbytes)          a 256-byte aligned scratch buffer, poisoned, with a guard
-    alloc.scratch_intact(buf)      whether the guard behind the requested bytes is untouched
-    alloc.synchronize()            wait for the stream (before downloads)
-    buffer.ptr                     its address (an int; 0 for an empty buffer)
-
-HostAlloc (NumPy) is that interface for the host backend; TorchAlloc (torch CUDA tensors, torch
-imported lazily) for the CUDA backend. bfloat16 has no NumPy dtype: it travels as uint16 bit
-patterns (round-to-nearest-even from float32).
+Used by tests/test_gpu_lstm_engine.py (backend "host", NumPy buffers) and by the GPU self-test
+(gpu_selftest.py: backend "cuda", torch CUDA tensors). The engine is reached through the
+self-test module (build.py) and an *allocator* that owns the buffers: storage.py's
+NumpyAllocator (alias HostAlloc) or TorchAllocator (alias TorchAlloc); see storage.py for the
+interface and for the storage types (bfloat16 travels as uint16 bit patterns, rounded to nearest
+even). Output buffers start as NaN bytes, so values the engine never writes show.
 
 Check functions return (errors, problems): errors maps each output to its error
 max|ours - reference| / max(1, max|reference|); problems lists what failed (empty = pass):
@@ -37,6 +26,24 @@ if os.path.join(_ROOT, "tests") not in sys.path:
     sys.path.insert(0, os.path.join(_ROOT, "tests"))
 import reference as ref  # noqa: E402  (tests/reference.py)
 
+
+def _sibling(name):
+    """cc/gpu/selftest/<name>.py, imported once per process under a private name (the tests
+    load these files by path, so a plain `import storage` could find something else)."""
+    import importlib.util
+
+    key = "_tf_lstm_ops_selftest_" + name
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            key, os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[key] = module
+        spec.loader.exec_module(module)
+    return sys.modules[key]
+
+
+storage = _sibling("storage")
+
 DTYPES = ("half", "bfloat16", "float32", "float64")
 OUTPUTS = ref.OUTPUT_NAMES  # i, cs, f, o, ci, co, h
 INPUTS = ("x", "cs_prev", "h_prev", "w", "wci", "wcf", "wco", "b")
@@ -50,144 +57,17 @@ FORWARD_TOL = {"float64": 1e-10, "float32": 1e-5, "half": 3e-3, "bfloat16": 3e-2
 BACKWARD_TOL = {"float64": 1e-10, "float32": 1e-5, "half": 1e-2, "bfloat16": 3e-2}
 
 # ------------------------------------------------------------------------------------------
-# storage types
+# storage types and allocators: storage.py (shared with rnn_checks.py)
 # ------------------------------------------------------------------------------------------
 
-STORAGE = {"half": np.float16, "bfloat16": np.uint16, "float32": np.float32,
-           "float64": np.float64}
-
-
-def _check_dtype(dtype):
-    if dtype not in STORAGE:
-        raise ValueError("dtype must be one of %s, not %r" % (", ".join(DTYPES), dtype))
-
-
-def float32_to_bfloat16_bits(a):
-    """float32 values -> bfloat16 bit patterns (uint16), round-to-nearest-even; NaN stays NaN."""
-    a = np.asarray(a, dtype=np.float32)
-    bits = a.astype(np.float32, order="C").view(np.uint32).astype(np.uint64)
-    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
-    return np.where(np.isnan(a), np.uint16(0x7FC0), rounded).astype(np.uint16)
-
-
-def bfloat16_bits_to_float32(bits):
-    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
-
-
-def to_storage(values, dtype):
-    """float64 values -> a contiguous NumPy array of dtype's storage (bfloat16: uint16 bits)."""
-    _check_dtype(dtype)
-    a = np.asarray(values, dtype=np.float64)
-    if dtype == "bfloat16":
-        return float32_to_bfloat16_bits(a.astype(np.float32)).astype(np.uint16, order="C")
-    return a.astype(STORAGE[dtype], order="C")
-
-
-def from_storage(array, dtype):
-    """dtype's storage array -> float64."""
-    _check_dtype(dtype)
-    if dtype == "bfloat16":
-        return bfloat16_bits_to_float32(array).astype(np.float64)
-    return np.asarray(array).astype(np.float64)
-
-
-def round_to(values, dtype):
-    """float64 values rounded to dtype, as float64."""
-    return from_storage(to_storage(values, dtype), dtype)
-
-
-# ------------------------------------------------------------------------------------------
-# allocators
-# ------------------------------------------------------------------------------------------
-
-_GUARD_BYTES = 1024
-_GUARD = 0xA5
-_ALIGN = 256
-
-
-class Buffer:
-    def __init__(self, array, ptr, shape, keep=None):
-        self.array = array  # the storage view
-        self.ptr = ptr
-        self.shape = tuple(shape)
-        self._keep = keep  # the owning allocation (scratch)
-
-
-class HostAlloc:
-    """NumPy buffers for backend "host" (the engine runs on the CPU with HostBackend)."""
-
-    backend = "host"
-    stream = 0
-
-    @staticmethod
-    def _wrap(array):
-        return Buffer(array, array.ctypes.data if array.size else 0, array.shape)
-
-    def upload(self, values, dtype):
-        return self._wrap(to_storage(values, dtype))
-
-    def empty(self, shape, dtype):
-        return self._wrap(to_storage(np.full(shape, np.nan), dtype))
-
-    def download(self, buf, dtype):
-        return from_storage(buf.array, dtype).reshape(buf.shape)
-
-    def scratch(self, nbytes):
-        raw = np.empty(nbytes + _ALIGN + _GUARD_BYTES, dtype=np.uint8)
-        offset = (-raw.ctypes.data) % _ALIGN
-        raw[:] = _GUARD
-        raw[offset:offset + nbytes] = 0xFF  # NaN in every float type: reads before writes show
-        view = raw[offset:offset + nbytes + _GUARD_BYTES]
-        return Buffer(view, view.ctypes.data if nbytes else 0, (nbytes,), keep=raw)
-
-    def scratch_intact(self, buf):
-        return bool(np.all(buf.array[buf.shape[0]:] == _GUARD))
-
-    def synchronize(self):
-        pass
-
-
-class TorchAlloc:
-    """torch CUDA tensors for backend "cuda" (the rnn_gpu.h launchers on torch's current
-    stream). Needs torch with CUDA; imported only when constructed."""
-
-    backend = "cuda"
-
-    def __init__(self, device="cuda"):
-        import torch
-
-        self.torch, self.device = torch, torch.device(device)
-        self.stream = torch.cuda.current_stream(self.device).cuda_stream
-
-    def _wrap(self, tensor, shape):
-        return Buffer(tensor, tensor.data_ptr() if tensor.numel() else 0, shape)
-
-    def upload(self, values, dtype):
-        a = to_storage(values, dtype)
-        host = a.view(np.int16) if dtype == "bfloat16" else a  # torch has no uint16 from NumPy
-        return self._wrap(self.torch.from_numpy(host.copy()).to(self.device), a.shape)
-
-    def empty(self, shape, dtype):
-        return self.upload(np.full(shape, np.nan), dtype)
-
-    def download(self, buf, dtype):
-        a = buf.array.cpu().numpy()
-        return from_storage(a.view(np.uint16) if dtype == "bfloat16" else a, dtype).reshape(
-            buf.shape)
-
-    def scratch(self, nbytes):
-        t = self.torch.full((nbytes + _ALIGN + _GUARD_BYTES,), _GUARD, dtype=self.torch.uint8,
-                            device=self.device)
-        offset = (-t.data_ptr()) % _ALIGN
-        t[offset:offset + nbytes] = 0xFF
-        view = t[offset:offset + nbytes + _GUARD_BYTES]
-        return Buffer(view, view.data_ptr() if nbytes else 0, (nbytes,), keep=t)
-
-    def scratch_intact(self, buf):
-        return bool((buf.array[buf.shape[0]:] == _GUARD).all().item())
-
-    def synchronize(self):
-        self.torch.cuda.synchronize(self.device)
+STORAGE = storage.STORAGE
+float32_to_bfloat16_bits = storage.float32_to_bfloat16_bits
+bfloat16_bits_to_float32 = storage.bfloat16_bits_to_float32
+to_storage = storage.to_storage
+from_storage = storage.from_storage
+round_to = storage.round_to
+HostAlloc = storage.NumpyAllocator    # backend "host"
+TorchAlloc = storage.TorchAllocator   # backend "cuda" (torch imported when constructed)
 
 
 # ------------------------------------------------------------------------------------------
@@ -294,7 +174,7 @@ def _dims(cfg):
 
 def _run_with_scratch(alloc, nbytes, call, problems, what):
     scratch = alloc.scratch(nbytes)
-    call(scratch.ptr)
+    call(alloc.ptr(scratch))
     alloc.synchronize()
     if not alloc.scratch_intact(scratch):
         problems.append("%s wrote past its %d scratch bytes" % (what, nbytes))
@@ -311,7 +191,7 @@ def run_forward(module, alloc, dtype, inputs, cfg, problems=None):
              bool(cfg["use_peephole"]))
     nbytes = module.lstm_forward_scratch_bytes(alloc.backend, dtype, T, B, I, H, *attrs,
                                                cfg["L"])
-    ptrs = {k: v.ptr for k, v in list(bufs.items()) + list(outs.items())}
+    ptrs = {k: alloc.ptr(v) for k, v in list(bufs.items()) + list(outs.items())}
     _run_with_scratch(alloc, nbytes, lambda s: module.lstm_forward(
         alloc.backend, dtype, alloc.stream, T, B, I, H, *attrs, cfg["L"], scratch=s, **ptrs),
         problems, "lstm_forward")
@@ -330,7 +210,7 @@ def run_backward(module, alloc, dtype, case, cfg, problems=None):
     outs = {k: alloc.empty(shapes[k], dtype) for k in SEQ_GRADS}
     nbytes = module.lstm_backward_scratch_bytes(alloc.backend, dtype, T, B, I, H, cfg["layout"],
                                                 bool(cfg["use_peephole"]), cfg["L"])
-    ptrs = {k: v.ptr for k, v in list(bufs.items()) + list(outs.items())}
+    ptrs = {k: alloc.ptr(v) for k, v in list(bufs.items()) + list(outs.items())}
     _run_with_scratch(alloc, nbytes, lambda s: module.lstm_backward(
         alloc.backend, dtype, alloc.stream, T, B, I, H, cfg["layout"],
         bool(cfg["use_peephole"]), cfg["L"], scratch=s, **ptrs), problems, "lstm_backward")
@@ -349,7 +229,7 @@ def run_cell_backward(module, alloc, dtype, case, cfg, problems=None):
     outs = {k: alloc.empty(shapes[k], dtype) for k in CELL_GRADS}
     nbytes = module.lstm_cell_backward_scratch_bytes(alloc.backend, dtype, B, I, H,
                                                      cfg["layout"], bool(cfg["use_peephole"]))
-    ptrs = {k: v.ptr for k, v in list(bufs.items()) + list(outs.items())}
+    ptrs = {k: alloc.ptr(v) for k, v in list(bufs.items()) + list(outs.items())}
     _run_with_scratch(alloc, nbytes, lambda s: module.lstm_cell_backward(
         alloc.backend, dtype, alloc.stream, B, I, H, cfg["layout"], bool(cfg["use_peephole"]),
         scratch=s, **ptrs), problems, "lstm_cell_backward")

@@ -2,8 +2,11 @@
 reference (tests/cudnn_reference.py), framework-neutral: the same functions run
 
   - under pytest on machines without a GPU: backend "host", NumPy buffers (NumpyAllocator);
-  - in a GPU self-test: backend "cuda", torch CUDA tensors (TorchAllocator), which calls the
-    launchers of cc/gpu/rnn_gpu.h exactly as the TensorFlow kernels do.
+  - in the GPU self-test (gpu_selftest.py): backend "cuda", torch CUDA tensors
+    (TorchAllocator), which calls the launchers of cc/gpu/rnn_gpu.h exactly as the TensorFlow
+    kernels do.
+
+The allocators and storage conversions are storage.py's.
 
 `module` is the built self-test module (cc/gpu/selftest/build.py's load()). Storage dtypes are
 "half", "bfloat16" (held as uint16 bit patterns, rounded to nearest even), "float32" and
@@ -29,162 +32,45 @@ if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)
 import cudnn_reference as R  # noqa: E402
 
-DTYPES = ("half", "bfloat16", "float32", "float64")
+
+def _sibling(name):
+    """cc/gpu/selftest/<name>.py, imported once per process under a private name (the tests
+    load these files by path, so a plain `import storage` could find something else)."""
+    import importlib.util
+
+    key = "_tf_lstm_ops_selftest_" + name
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            key, os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[key] = module
+        spec.loader.exec_module(module)
+    return sys.modules[key]
+
+
+storage = _sibling("storage")
+
+DTYPES = storage.DTYPES
 # vs the float64 reference, relative to max(1, max|expected|): the CPU kernels' tolerances
 TOL = dict(R.TOL)
-STORAGE = {"half": np.float16, "bfloat16": np.uint16, "float32": np.float32,
-           "float64": np.float64}
-ACC = {"half": np.float32, "bfloat16": np.float32, "float32": np.float32,
-       "float64": np.float64}
+STORAGE = storage.STORAGE
+ACC = storage.ACC
 HEADER_BYTES = 64
 
 
 # ------------------------------------------------------------------------------------------------
-# storage types
+# storage types and allocators (where the engine's buffers live): storage.py, shared with
+# lstm_checks.py
 # ------------------------------------------------------------------------------------------------
 
-def f32_to_bf16_bits(a):
-    """float32 -> bfloat16 bit patterns (uint16), round to nearest even; NaN stays NaN."""
-    a = np.ascontiguousarray(a, np.float32)
-    u = a.view(np.uint32).astype(np.uint64)
-    bits = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-    nan = np.isnan(a)
-    bits[nan] = (u[nan] >> 16).astype(np.uint16) | np.uint16(0x40)
-    return bits
-
-
-def bf16_bits_to_f32(bits):
-    return (np.asarray(bits, np.uint16).astype(np.uint32) << 16).view(np.float32)
-
-
-def to_storage(a, dtype):
-    """float64 values -> a NumPy array of the dtype's storage (bfloat16: uint16 bits; rounded
-    through float32 first, as Eigen::bfloat16(double) does)."""
-    a = np.asarray(a, np.float64)
-    if dtype == "bfloat16":
-        return f32_to_bf16_bits(a.astype(np.float32))
-    return a.astype(STORAGE[dtype])
-
-
-def from_storage(s, dtype):
-    s = np.asarray(s)
-    if dtype == "bfloat16":
-        return bf16_bits_to_f32(s).astype(np.float64)
-    return s.astype(np.float64)
-
-
-def round_to(a, dtype):
-    return None if a is None else from_storage(to_storage(a, dtype), dtype)
-
-
-def rounded(d, dtype):
-    return {k: round_to(v, dtype) for k, v in d.items()}
-
-
-# ------------------------------------------------------------------------------------------------
-# allocators: where the engine's buffers live
-# ------------------------------------------------------------------------------------------------
-
-class NumpyAllocator:
-    """Host memory for backend "host": 256-byte aligned NumPy arrays. New buffers are filled
-    with 0xFF bytes (NaN in every float format), so reads of anything never written show."""
-
-    backend = "host"
-    stream = 0
-
-    @staticmethod
-    def _aligned(nbytes):
-        raw = np.empty(nbytes + 256, np.uint8)
-        offset = (-raw.ctypes.data) % 256
-        return raw[offset:offset + nbytes]
-
-    def empty(self, shape, dtype):
-        shape = tuple(shape)
-        itemsize = np.dtype(STORAGE[dtype]).itemsize
-        buf = self._aligned(int(np.prod(shape, dtype=np.int64)) * itemsize)
-        buf.fill(0xFF)
-        return buf.view(STORAGE[dtype]).reshape(shape)
-
-    def upload(self, a, dtype):
-        s = to_storage(a, dtype)
-        out = self.empty(s.shape, dtype)
-        out[...] = s
-        return out
-
-    def empty_bytes(self, nbytes):
-        buf = self._aligned(int(nbytes))
-        buf.fill(0xFF)
-        return buf
-
-    @staticmethod
-    def ptr(buf):
-        return 0 if buf is None else buf.ctypes.data
-
-    @staticmethod
-    def download(buf, dtype):
-        return from_storage(np.array(buf), dtype)
-
-    @staticmethod
-    def download_bytes(buf):
-        return np.array(buf, np.uint8)
-
-    @staticmethod
-    def write_bytes(buf, offset, data):
-        buf[offset:offset + len(data)] = np.frombuffer(bytes(data), np.uint8)
-
-    def synchronize(self):
-        pass
-
-
-class TorchAllocator:
-    """CUDA memory for backend "cuda" through torch (the GPU self-test). Not exercised by the
-    pytest suite (no GPU, no torch there)."""
-
-    backend = "cuda"
-
-    def __init__(self, torch, device="cuda"):
-        self.torch, self.device = torch, torch.device(device)
-        self.stream = torch.cuda.current_stream(self.device).cuda_stream
-        self.types = {"half": torch.float16, "bfloat16": torch.bfloat16,
-                      "float32": torch.float32, "float64": torch.float64}
-
-    def empty(self, shape, dtype):
-        n = int(np.prod(tuple(shape), dtype=np.int64))
-        flat = self.torch.empty(n, dtype=self.types[dtype], device=self.device)
-        flat.view(self.torch.uint8).fill_(0xFF)
-        return flat.view(tuple(shape))
-
-    def upload(self, a, dtype):
-        s = np.ascontiguousarray(to_storage(a, dtype))
-        flat = s.reshape(-1).view(np.int16) if dtype == "bfloat16" else s.reshape(-1)
-        t = self.torch.from_numpy(flat.copy()).to(self.device)
-        if dtype == "bfloat16":
-            t = t.view(self.torch.bfloat16)
-        return t.view(s.shape)
-
-    def empty_bytes(self, nbytes):
-        return self.torch.full((int(nbytes),), 0xFF, dtype=self.torch.uint8, device=self.device)
-
-    @staticmethod
-    def ptr(buf):
-        return 0 if buf is None else buf.data_ptr()
-
-    def download(self, buf, dtype):
-        t = buf.detach().cpu()
-        if dtype == "bfloat16":
-            return from_storage(t.view(self.torch.int16).numpy().view(np.uint16), dtype)
-        return from_storage(t.numpy(), dtype)
-
-    @staticmethod
-    def download_bytes(buf):
-        return buf.detach().cpu().numpy().astype(np.uint8)
-
-    def write_bytes(self, buf, offset, data):
-        src = self.torch.tensor(list(bytes(data)), dtype=self.torch.uint8, device=self.device)
-        buf[offset:offset + len(data)] = src
-
-    def synchronize(self):
-        self.torch.cuda.synchronize(self.device)
+f32_to_bf16_bits = storage.float32_to_bfloat16_bits
+bf16_bits_to_f32 = storage.bfloat16_bits_to_float32
+to_storage = storage.to_storage
+from_storage = storage.from_storage
+round_to = storage.round_to
+rounded = storage.rounded
+NumpyAllocator = storage.NumpyAllocator    # backend "host"
+TorchAllocator = storage.TorchAllocator    # backend "cuda" (the GPU self-test)
 
 
 # ------------------------------------------------------------------------------------------------
