@@ -74,6 +74,22 @@ def read_build_info(library_path):
     return module
 
 
+def build_info():
+    """What the op library that `import tf_lstm_ops` loads was built with, as a dict:
+    TF_VERSION, TF_CXX11_ABI_FLAG, CUDA_VERSION ("" for a CPU-only library) and
+    CUDA_COMPUTE_CAPABILITIES (e.g. ("80", "90"); () without CUDA). {} when the library has no
+    _build_info.py next to it."""
+    info = read_build_info(find_library())
+    if info is None:
+        return {}
+    return {
+        "TF_VERSION": info.TF_VERSION,
+        "TF_CXX11_ABI_FLAG": info.TF_CXX11_ABI_FLAG,
+        "CUDA_VERSION": getattr(info, "CUDA_VERSION", ""),
+        "CUDA_COMPUTE_CAPABILITIES": tuple(getattr(info, "CUDA_COMPUTE_CAPABILITIES", ())),
+    }
+
+
 def _major_minor(version):
     return tuple(version.split(".")[:2])
 

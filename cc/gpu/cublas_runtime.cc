@@ -161,7 +161,9 @@ cudaError_t InitializeRuntime() {
       detail = why;
     }
   });
-  if (status != cudaSuccess) SetErrorDetail(detail.c_str());
+  // Every launcher starts here: a detail left by an earlier failure on this thread must not be
+  // attached to a later, unrelated error.
+  SetErrorDetail(status == cudaSuccess ? "" : detail.c_str());
   return status;
 }
 

@@ -1,6 +1,9 @@
-// OpKernels of the six LSTM block ops: validate every input, allocate outputs, call the functors.
+// OpKernels of the LSTM block ops: validate every input, allocate outputs, call the functors.
+// Device-generic (CPU, and GPU when built with CUDA): the kernels' only own writes into outputs
+// go through DeviceMemory<Device>.
 #define EIGEN_USE_THREADS
 
+#include "cc/kernels/device.h"
 #include "cc/kernels/lstm_functor.h"
 #include "cc/kernels/lstm_validation.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -10,7 +13,6 @@
 
 namespace tf_lstm_ops {
 
-using CPUDevice = Eigen::ThreadPoolDevice;
 using tensorflow::OpKernel;
 using tensorflow::OpKernelConstruction;
 using tensorflow::OpKernelContext;
@@ -34,12 +36,12 @@ absl::Status AllocateOutputs(OpKernelContext* ctx, const char* const (&names)[N]
 }
 
 // Allocates an output shaped like an input; zero-filled when `zero`.
-template <typename T>
+template <typename Device, typename T>
 absl::Status AllocateLike(OpKernelContext* ctx, const char* name, const Tensor& like, bool zero,
                     T** data) {
   Tensor* t;
   TF_RETURN_IF_ERROR(ctx->allocate_output(name, like.shape(), &t));
-  if (zero) t->flat<T>().setZero();
+  if (zero) TF_RETURN_IF_ERROR(DeviceMemory<Device>::template SetZero<T>(ctx, t));
   *data = t->flat<T>().data();
   return absl::OkStatus();
 }
@@ -136,9 +138,9 @@ class LSTMBlockCellGradOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output("dicfo", dicfo_shape, &dicfo));
     T *wci_grad, *wcf_grad, *wco_grad;
     const bool zero = !attrs_.use_peephole;
-    OP_REQUIRES_OK(ctx, AllocateLike(ctx, "wci_grad", *in.wci, zero, &wci_grad));
-    OP_REQUIRES_OK(ctx, AllocateLike(ctx, "wcf_grad", *in.wcf, zero, &wcf_grad));
-    OP_REQUIRES_OK(ctx, AllocateLike(ctx, "wco_grad", *in.wco, zero, &wco_grad));
+    OP_REQUIRES_OK(ctx, AllocateLike<Device>(ctx, "wci_grad", *in.wci, zero, &wci_grad));
+    OP_REQUIRES_OK(ctx, AllocateLike<Device>(ctx, "wcf_grad", *in.wcf, zero, &wcf_grad));
+    OP_REQUIRES_OK(ctx, AllocateLike<Device>(ctx, "wco_grad", *in.wco, zero, &wco_grad));
     OP_REQUIRES_OK(ctx, LstmCellBackward<Device, T>()(
                             ctx, dims, attrs_, in.Pointers<T>(), ActivationInputs<T>(ctx, false),
                             OutputGradInputs<T>(ctx, false), cs_prev_grad->flat<T>().data(), dicfo->flat<T>().data(), wci_grad,
@@ -206,14 +208,15 @@ class BlockLSTMGradOp : public OpKernel {
     }
     LstmInputGrads<T> grads;
     const bool zero_peephole = !attrs_.use_peephole;
-    OP_REQUIRES_OK(ctx, AllocateLike(ctx, "x_grad", *in.x, false, &grads.x));
-    OP_REQUIRES_OK(ctx, AllocateLike(ctx, "cs_prev_grad", *in.cs_prev, false, &grads.cs_prev));
-    OP_REQUIRES_OK(ctx, AllocateLike(ctx, "h_prev_grad", *in.h_prev, false, &grads.h_prev));
-    OP_REQUIRES_OK(ctx, AllocateLike(ctx, "w_grad", *in.w, false, &grads.w));
-    OP_REQUIRES_OK(ctx, AllocateLike(ctx, "wci_grad", *in.wci, zero_peephole, &grads.wci));
-    OP_REQUIRES_OK(ctx, AllocateLike(ctx, "wcf_grad", *in.wcf, zero_peephole, &grads.wcf));
-    OP_REQUIRES_OK(ctx, AllocateLike(ctx, "wco_grad", *in.wco, zero_peephole, &grads.wco));
-    OP_REQUIRES_OK(ctx, AllocateLike(ctx, "b_grad", *in.b, false, &grads.b));
+    OP_REQUIRES_OK(ctx, AllocateLike<Device>(ctx, "x_grad", *in.x, false, &grads.x));
+    OP_REQUIRES_OK(ctx,
+                   AllocateLike<Device>(ctx, "cs_prev_grad", *in.cs_prev, false, &grads.cs_prev));
+    OP_REQUIRES_OK(ctx, AllocateLike<Device>(ctx, "h_prev_grad", *in.h_prev, false, &grads.h_prev));
+    OP_REQUIRES_OK(ctx, AllocateLike<Device>(ctx, "w_grad", *in.w, false, &grads.w));
+    OP_REQUIRES_OK(ctx, AllocateLike<Device>(ctx, "wci_grad", *in.wci, zero_peephole, &grads.wci));
+    OP_REQUIRES_OK(ctx, AllocateLike<Device>(ctx, "wcf_grad", *in.wcf, zero_peephole, &grads.wcf));
+    OP_REQUIRES_OK(ctx, AllocateLike<Device>(ctx, "wco_grad", *in.wco, zero_peephole, &grads.wco));
+    OP_REQUIRES_OK(ctx, AllocateLike<Device>(ctx, "b_grad", *in.b, false, &grads.b));
     OP_REQUIRES_OK(ctx, LstmBackward<Device, T>()(ctx, dims, attrs_, seq_len_max,
                                                   in.Pointers<T>(), ActivationInputs<T>(ctx, true),
                                                   OutputGradInputs<T>(ctx, kFull), grads));
@@ -223,33 +226,52 @@ class BlockLSTMGradOp : public OpKernel {
   LstmAttrs attrs_;
 };
 
-#define TF_LSTM_REGISTER_CPU(T)                                                             \
+// One registration per device. The sequence ops read seq_len_max on the host (HostMemory on the
+// GPU, as TF's own GPU kernels).
+#define TF_LSTM_REGISTER(DEVICE, DEVICE_TYPE, SEQ_LEN_MAX_ON_HOST, T)                        \
   REGISTER_KERNEL_BUILDER(                                                                  \
-      Name("TfLstm>LSTMBlockCell").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"),  \
-      LSTMBlockCellOp<CPUDevice, T>);                                                       \
+      Name("TfLstm>LSTMBlockCell").Device(DEVICE_TYPE).TypeConstraint<T>("T"),              \
+      LSTMBlockCellOp<DEVICE, T>);                                                          \
   REGISTER_KERNEL_BUILDER(                                                                  \
-      Name("TfLstm>LSTMBlockCellGrad").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
-      LSTMBlockCellGradOp<CPUDevice, T>);                                                   \
+      Name("TfLstm>LSTMBlockCellGrad").Device(DEVICE_TYPE).TypeConstraint<T>("T"),          \
+      LSTMBlockCellGradOp<DEVICE, T>);                                                      \
   REGISTER_KERNEL_BUILDER(                                                                  \
-      Name("TfLstm>BlockLSTM").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"),      \
-      BlockLSTMOp<CPUDevice, T, GateLayout::kICFO>);                                        \
+      Name("TfLstm>BlockLSTM").Device(DEVICE_TYPE).TypeConstraint<T>("T")                   \
+          SEQ_LEN_MAX_ON_HOST,                                                              \
+      BlockLSTMOp<DEVICE, T, GateLayout::kICFO>);                                           \
   REGISTER_KERNEL_BUILDER(                                                                  \
-      Name("TfLstm>BlockLSTMV2").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"),    \
-      BlockLSTMOp<CPUDevice, T, GateLayout::kIFCO>);                                        \
+      Name("TfLstm>BlockLSTMV2").Device(DEVICE_TYPE).TypeConstraint<T>("T")                 \
+          SEQ_LEN_MAX_ON_HOST,                                                              \
+      BlockLSTMOp<DEVICE, T, GateLayout::kIFCO>);                                           \
   REGISTER_KERNEL_BUILDER(                                                                  \
-      Name("TfLstm>BlockLSTMGrad").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"),  \
-      BlockLSTMGradOp<CPUDevice, T, GateLayout::kICFO, false>);                             \
+      Name("TfLstm>BlockLSTMGrad").Device(DEVICE_TYPE).TypeConstraint<T>("T")               \
+          SEQ_LEN_MAX_ON_HOST,                                                              \
+      BlockLSTMGradOp<DEVICE, T, GateLayout::kICFO, false>);                                \
   REGISTER_KERNEL_BUILDER(                                                                  \
-      Name("TfLstm>BlockLSTMGradV2").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
-      BlockLSTMGradOp<CPUDevice, T, GateLayout::kIFCO, false>);                             \
+      Name("TfLstm>BlockLSTMGradV2").Device(DEVICE_TYPE).TypeConstraint<T>("T")             \
+          SEQ_LEN_MAX_ON_HOST,                                                              \
+      BlockLSTMGradOp<DEVICE, T, GateLayout::kIFCO, false>);                                \
   REGISTER_KERNEL_BUILDER(                                                                  \
-      Name("TfLstm>BlockLSTMFullGrad").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
-      BlockLSTMGradOp<CPUDevice, T, GateLayout::kIFCO, true>);
+      Name("TfLstm>BlockLSTMFullGrad").Device(DEVICE_TYPE).TypeConstraint<T>("T")           \
+          SEQ_LEN_MAX_ON_HOST,                                                              \
+      BlockLSTMGradOp<DEVICE, T, GateLayout::kIFCO, true>);
 
+#define TF_LSTM_REGISTER_CPU(T) TF_LSTM_REGISTER(CPUDevice, tensorflow::DEVICE_CPU, , T)
 TF_CALL_half(TF_LSTM_REGISTER_CPU);
 TF_CALL_bfloat16(TF_LSTM_REGISTER_CPU);
 TF_CALL_float(TF_LSTM_REGISTER_CPU);
 TF_CALL_double(TF_LSTM_REGISTER_CPU);
 #undef TF_LSTM_REGISTER_CPU
+
+#ifdef TF_LSTM_OPS_WITH_CUDA
+#define TF_LSTM_REGISTER_GPU(T) \
+  TF_LSTM_REGISTER(GpuDevice, tensorflow::DEVICE_GPU, .HostMemory("seq_len_max"), T)
+TF_CALL_half(TF_LSTM_REGISTER_GPU);
+TF_CALL_bfloat16(TF_LSTM_REGISTER_GPU);
+TF_CALL_float(TF_LSTM_REGISTER_GPU);
+TF_CALL_double(TF_LSTM_REGISTER_GPU);
+#undef TF_LSTM_REGISTER_GPU
+#endif  // TF_LSTM_OPS_WITH_CUDA
+#undef TF_LSTM_REGISTER
 
 }  // namespace tf_lstm_ops

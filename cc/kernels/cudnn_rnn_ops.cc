@@ -1,6 +1,10 @@
 // OpKernels of the CudnnRNN family: validate every input, allocate outputs, run the functors.
 // Registered twice on CPU: for our namespaced ops (TfLstm>CudnnRNN...) and for TF's own op names,
 // which a CPU build of TF has no kernels for, so existing graphs and SavedModels run on CPU.
+// With CUDA, also on the GPU for our namespaced ops only (TF's GPU build has cuDNN kernels for
+// its own names). The kernels are device-generic: validation is shared, and what differs per
+// device (who writes and who checks the reserve header, host writes into outputs) is in
+// RnnDeviceSteps and DeviceMemory.
 #define EIGEN_USE_THREADS
 
 #include <algorithm>
@@ -13,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "cc/kernels/cudnn_rnn_functor.h"
 #include "cc/kernels/cudnn_rnn_layout.h"
+#include "cc/kernels/device.h"
 #include "cc/kernels/lstm_validation.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/register_types.h"
@@ -22,7 +27,6 @@
 namespace tf_lstm_ops {
 namespace {
 
-using CPUDevice = Eigen::ThreadPoolDevice;
 using tensorflow::OpInputList;
 using tensorflow::OpKernel;
 using tensorflow::OpKernelConstruction;
@@ -188,8 +192,89 @@ TensorShape OutputShape(const RnnModel& m, const RnnRun& run) {
 // Reserve space elements of T holding `bytes`.
 int64_t ReserveElements(int64_t bytes, int64_t elem) { return (bytes + elem - 1) / elem; }
 
+template <typename T>
+using AccOf = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+// What the forward and backprop kernels do differently per device.
+template <typename Device, typename T>
+struct RnnDeviceSteps;
+
+// CPU: the reserve space is host memory; the kernel writes its header and Backprop reads it back.
+template <typename T>
+struct RnnDeviceSteps<CPUDevice, T> {
+  static absl::Status Forward(OpKernelContext* ctx, const RnnModel& m, const RnnRun& run,
+                              const RnnDropout& dropout, const RnnReserveHeader& header,
+                              const T* input, const T* input_h, const T* input_c,
+                              const T* params, T* output, T* output_h, T* output_c,
+                              uint8_t* workspace) {
+    std::memcpy(workspace, &header, sizeof(header));
+    return CudnnRnnForward<CPUDevice, T>()(ctx, m, run, dropout, input, input_h, input_c, params,
+                                           output, output_h, output_c, workspace);
+  }
+
+  // The full check of the header against the one this Backprop's forward must have written.
+  static bool ReserveMatches(const Tensor& reserve, const RnnReserveHeader& expected) {
+    const int64_t reserve_bytes = reserve.NumElements() * static_cast<int64_t>(sizeof(T));
+    RnnReserveHeader header{};
+    if (reserve.dims() == 1 && reserve_bytes >= static_cast<int64_t>(sizeof(header))) {
+      std::memcpy(&header, reserve.flat<T>().data(), sizeof(header));
+    }
+    return header.magic == expected.magic && header.bytes <= reserve_bytes &&
+           header.dropout == expected.dropout && header.config_hash == expected.config_hash &&
+           header.bytes == expected.bytes;
+  }
+
+  static absl::Status Backward(OpKernelContext* ctx, const RnnModel& m, const RnnRun& run,
+                               const RnnReserveHeader& /*expected: checked*/, const T* input,
+                               const T* input_h, const T* input_c, const T* params,
+                               const T* output_backprop, const T* output_h_backprop,
+                               const T* output_c_backprop, const uint8_t* reserve,
+                               T* input_backprop, T* input_h_backprop, T* input_c_backprop,
+                               T* params_backprop) {
+    return CudnnRnnBackward<CPUDevice, T>()(ctx, m, run, input, input_h, input_c, params,
+                                            output_backprop, output_h_backprop,
+                                            output_c_backprop, reserve, input_backprop,
+                                            input_h_backprop, input_c_backprop, params_backprop);
+  }
+};
+
+#ifdef TF_LSTM_OPS_WITH_CUDA
+// GPU: the reserve space is device memory. The engine writes the header; Backprop checks on the
+// host only what the host can (the exact size of the reserve space) and has the engine compare
+// the header with `expected` on the device.
+template <typename T>
+struct RnnDeviceSteps<GpuDevice, T> {
+  static absl::Status Forward(OpKernelContext* ctx, const RnnModel& m, const RnnRun& run,
+                              const RnnDropout& dropout, const RnnReserveHeader& /*header*/,
+                              const T* input, const T* input_h, const T* input_c,
+                              const T* params, T* output, T* output_h, T* output_c,
+                              uint8_t* workspace) {
+    return CudnnRnnForward<GpuDevice, T>()(ctx, m, run, dropout, input, input_h, input_c, params,
+                                           output, output_h, output_c, workspace);
+  }
+
+  static bool ReserveMatches(const Tensor& reserve, const RnnReserveHeader& expected) {
+    return reserve.dims() == 1 &&
+           reserve.NumElements() == ReserveElements(expected.bytes, sizeof(T));
+  }
+
+  static absl::Status Backward(OpKernelContext* ctx, const RnnModel& m, const RnnRun& run,
+                               const RnnReserveHeader& expected, const T* input,
+                               const T* input_h, const T* input_c, const T* params,
+                               const T* output_backprop, const T* output_h_backprop,
+                               const T* output_c_backprop, const uint8_t* reserve,
+                               T* input_backprop, T* input_h_backprop, T* input_c_backprop,
+                               T* params_backprop) {
+    return CudnnRnnBackward<GpuDevice, T>()(ctx, m, run, expected, input, input_h, input_c,
+                                            params, output_backprop, output_h_backprop,
+                                            output_c_backprop, reserve, input_backprop,
+                                            input_h_backprop, input_c_backprop, params_backprop);
+  }
+};
+#endif  // TF_LSTM_OPS_WITH_CUDA
+
 // CudnnRNN (kVersion 1), CudnnRNNV2 (2), CudnnRNNV3 (3).
-template <typename T, int kVersion>
+template <typename Device, typename T, int kVersion>
 class CudnnRNNForwardOp : public OpKernel {
  public:
   explicit CudnnRNNForwardOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
@@ -212,9 +297,11 @@ class CudnnRNNForwardOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, input_h.shape(), &output_h));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(2, lstm ? input_c.shape() : TensorShape({}),
                                              &output_c));
-    if (!lstm) output_c->scalar<T>()() = T(0);  // TF leaves it uninitialised
+    if (!lstm) {  // TF leaves it uninitialised
+      OP_REQUIRES_OK(ctx, DeviceMemory<Device>::template SetZero<T>(ctx, output_c));
+    }
 
-    using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    using Acc = AccOf<T>;
     const RnnDropout dropout{attrs_.is_training ? attrs_.dropout : 0.0f, attrs_.seed,
                              call_.fetch_add(1)};
     const int64_t bytes = RnnWorkspaceBytes(m, run, dropout.active(m), sizeof(Acc));
@@ -226,22 +313,21 @@ class CudnnRNNForwardOp : public OpKernel {
       workspace = reinterpret_cast<uint8_t*>(reserve->flat<T>().data());
     } else {
       OP_REQUIRES_OK(ctx, ctx->allocate_output(3, TensorShape({}), &reserve));
-      reserve->scalar<T>()() = T(0);
+      OP_REQUIRES_OK(ctx, DeviceMemory<Device>::template SetZero<T>(ctx, reserve));
       OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_UINT8, TensorShape({bytes}), &scratch));
       workspace = scratch.flat<uint8_t>().data();
     }
     const RnnReserveHeader header = MakeReserveHeader(m, run, dropout, sizeof(T), sizeof(Acc));
-    std::memcpy(workspace, &header, sizeof(header));
 
     if (kVersion >= 2) {  // {algo id, tensor-op flag} for V2 training; a scalar otherwise
-      Tensor* host_reserved;
+      Tensor* host_reserved;  // host memory on every device
       const bool pair = kVersion == 2 && attrs_.is_training;
       OP_REQUIRES_OK(ctx, ctx->allocate_output(4, pair ? TensorShape({2}) : TensorShape({}),
                                                &host_reserved));
       host_reserved->flat<int8_t>().setZero();
     }
-    OP_REQUIRES_OK(ctx, CudnnRnnForward<CPUDevice, T>()(
-                            ctx, m, run, dropout, input.flat<T>().data(),
+    OP_REQUIRES_OK(ctx, RnnDeviceSteps<Device, T>::Forward(
+                            ctx, m, run, dropout, header, input.flat<T>().data(),
                             input_h.flat<T>().data(), lstm ? input_c.flat<T>().data() : nullptr,
                             params.flat<T>().data(), output->flat<T>().data(),
                             output_h->flat<T>().data(), lstm ? output_c->flat<T>().data() : nullptr,
@@ -254,7 +340,7 @@ class CudnnRNNForwardOp : public OpKernel {
 };
 
 // CudnnRNNBackprop (kVersion 1), V2 (2), V3 (3).
-template <typename T, int kVersion>
+template <typename Device, typename T, int kVersion>
 class CudnnRNNBackpropOp : public OpKernel {
  public:
   explicit CudnnRNNBackpropOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
@@ -300,20 +386,12 @@ class CudnnRNNBackpropOp : public OpKernel {
       }
     }
     // The reserve space must come from our forward with this exact configuration.
-    using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
     const Tensor& reserve = *in[10];
-    const int64_t reserve_bytes = reserve.NumElements() * static_cast<int64_t>(sizeof(T));
-    RnnReserveHeader header{};
-    if (reserve.dims() == 1 && reserve_bytes >= static_cast<int64_t>(sizeof(header))) {
-      std::memcpy(&header, reserve.flat<T>().data(), sizeof(header));
-    }
     const RnnDropout dropout{attrs_.dropout, attrs_.seed, 0};
+    const RnnReserveHeader expected =
+        MakeReserveHeader(m, run, dropout, sizeof(T), sizeof(AccOf<T>));
     OP_REQUIRES(
-        ctx,
-        header.magic == kRnnReserveMagic && header.bytes <= reserve_bytes &&
-            header.dropout == (dropout.active(m) ? 1u : 0u) &&
-            header.config_hash == RnnConfigHash(m, run, dropout, sizeof(T)) &&
-            header.bytes == RnnWorkspaceBytes(m, run, dropout.active(m), sizeof(Acc)),
+        ctx, (RnnDeviceSteps<Device, T>::ReserveMatches(reserve, expected)),
         absl::InvalidArgumentError(absl::StrCat(
             "reserve_space ", reserve.shape().DebugString(),
             " was not produced by a training-mode (is_training=true) forward pass of this "
@@ -324,13 +402,15 @@ class CudnnRNNBackpropOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, in[1]->shape(), &input_h_backprop));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(2, lstm ? in[2]->shape() : TensorShape({}),
                                              &input_c_backprop));
-    if (!lstm) input_c_backprop->scalar<T>()() = T(0);
+    if (!lstm) {
+      OP_REQUIRES_OK(ctx, DeviceMemory<Device>::template SetZero<T>(ctx, input_c_backprop));
+    }
     OP_REQUIRES_OK(ctx, ctx->allocate_output(3, in[3]->shape(), &params_backprop));
     auto data = [](const Tensor* t) { return t->flat<T>().data(); };
     OP_REQUIRES_OK(
-        ctx, CudnnRnnBackward<CPUDevice, T>()(
-                 ctx, m, run, data(in[0]), data(in[1]), lstm ? data(in[2]) : nullptr, data(in[3]),
-                 data(in[7]), data(in[8]), lstm ? data(in[9]) : nullptr,
+        ctx, RnnDeviceSteps<Device, T>::Backward(
+                 ctx, m, run, expected, data(in[0]), data(in[1]), lstm ? data(in[2]) : nullptr,
+                 data(in[3]), data(in[7]), data(in[8]), lstm ? data(in[9]) : nullptr,
                  reinterpret_cast<const uint8_t*>(reserve.flat<T>().data()),
                  input_backprop->flat<T>().data(), input_h_backprop->flat<T>().data(),
                  lstm ? input_c_backprop->flat<T>().data() : nullptr,
@@ -467,7 +547,7 @@ class CanonicalParamsOpBase : public OpKernel {
   int num_weights_, num_biases_;
 };
 
-template <typename T, bool kV2>
+template <typename Device, typename T, bool kV2>
 class CudnnRNNParamsToCanonicalOp : public CanonicalParamsOpBase {
  public:
   explicit CudnnRNNParamsToCanonicalOp(OpKernelConstruction* ctx)
@@ -489,12 +569,14 @@ class CudnnRNNParamsToCanonicalOp : public CanonicalParamsOpBase {
     for (const CanonicalRegion& r : regions) {
       Tensor* t;
       OP_REQUIRES_OK(ctx, (r.is_weight ? weights : biases).allocate(r.index, r.shape, &t));
-      std::copy_n(params.flat<T>().data() + r.offset, t->NumElements(), t->flat<T>().data());
+      OP_REQUIRES_OK(ctx, DeviceMemory<Device>::Copy(ctx, t->flat<T>().data(),
+                                                     params.flat<T>().data() + r.offset,
+                                                     t->NumElements() * sizeof(T)));
     }
   }
 };
 
-template <typename T, bool kV2>
+template <typename Device, typename T, bool kV2>
 class CudnnRNNCanonicalToParamsOp : public CanonicalParamsOpBase {
  public:
   explicit CudnnRNNCanonicalToParamsOp(OpKernelConstruction* ctx)
@@ -516,71 +598,105 @@ class CudnnRNNCanonicalToParamsOp : public CanonicalParamsOpBase {
                       r.is_weight ? "weights[" : "biases[", r.index,
                       "] must have the canonical shape ", r.shape.DebugString(),
                       " but has shape ", t.shape().DebugString())));
-      std::copy_n(t.flat<T>().data(), t.NumElements(), params->flat<T>().data() + r.offset);
+      OP_REQUIRES_OK(ctx, DeviceMemory<Device>::Copy(ctx, params->flat<T>().data() + r.offset,
+                                                     t.flat<T>().data(),
+                                                     t.NumElements() * sizeof(T)));
     }
   }
 };
 
 }  // namespace
 
-// Our namespaced ops and TF's own op names, on CPU.
-#define TF_LSTM_REGISTER_RNN(PREFIX, T)                                                     \
-  REGISTER_KERNEL_BUILDER(                                                                 \
-      Name(PREFIX "CudnnRNN").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"),       \
-      CudnnRNNForwardOp<T, 1>);                                                            \
-  REGISTER_KERNEL_BUILDER(                                                                 \
-      Name(PREFIX "CudnnRNNV2").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"),     \
-      CudnnRNNForwardOp<T, 2>);                                                            \
-  REGISTER_KERNEL_BUILDER(                                                                 \
-      Name(PREFIX "CudnnRNNV3").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"),     \
-      CudnnRNNForwardOp<T, 3>);                                                            \
-  REGISTER_KERNEL_BUILDER(                                                                 \
-      Name(PREFIX "CudnnRNNBackprop").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
-      CudnnRNNBackpropOp<T, 1>);                                                           \
-  REGISTER_KERNEL_BUILDER(Name(PREFIX "CudnnRNNBackpropV2")                                \
-                              .Device(tensorflow::DEVICE_CPU)                              \
-                              .TypeConstraint<T>("T"),                                     \
-                          CudnnRNNBackpropOp<T, 2>);                                       \
-  REGISTER_KERNEL_BUILDER(Name(PREFIX "CudnnRNNBackpropV3")                                \
-                              .Device(tensorflow::DEVICE_CPU)                              \
-                              .TypeConstraint<T>("T"),                                     \
-                          CudnnRNNBackpropOp<T, 3>);                                       \
-  REGISTER_KERNEL_BUILDER(Name(PREFIX "CudnnRNNParamsSize")                                \
-                              .Device(tensorflow::DEVICE_CPU)                              \
-                              .TypeConstraint<T>("T")                                      \
-                              .TypeConstraint<int32_t>("S"),                               \
-                          CudnnRNNParamsSizeOp<T, int32_t>);                               \
-  REGISTER_KERNEL_BUILDER(Name(PREFIX "CudnnRNNParamsSize")                                \
-                              .Device(tensorflow::DEVICE_CPU)                              \
-                              .TypeConstraint<T>("T")                                      \
-                              .TypeConstraint<int64_t>("S"),                               \
-                          CudnnRNNParamsSizeOp<T, int64_t>);                               \
-  REGISTER_KERNEL_BUILDER(Name(PREFIX "CudnnRNNParamsToCanonical")                         \
-                              .Device(tensorflow::DEVICE_CPU)                              \
-                              .TypeConstraint<T>("T"),                                     \
-                          CudnnRNNParamsToCanonicalOp<T, false>);                          \
-  REGISTER_KERNEL_BUILDER(Name(PREFIX "CudnnRNNParamsToCanonicalV2")                       \
-                              .Device(tensorflow::DEVICE_CPU)                              \
-                              .TypeConstraint<T>("T"),                                     \
-                          CudnnRNNParamsToCanonicalOp<T, true>);                           \
-  REGISTER_KERNEL_BUILDER(Name(PREFIX "CudnnRNNCanonicalToParams")                         \
-                              .Device(tensorflow::DEVICE_CPU)                              \
-                              .TypeConstraint<T>("T"),                                     \
-                          CudnnRNNCanonicalToParamsOp<T, false>);                          \
-  REGISTER_KERNEL_BUILDER(Name(PREFIX "CudnnRNNCanonicalToParamsV2")                       \
-                              .Device(tensorflow::DEVICE_CPU)                              \
-                              .TypeConstraint<T>("T"),                                     \
-                          CudnnRNNCanonicalToParamsOp<T, true>);
+// One registration per device. HOST(arg) marks what the GPU kernels keep in host memory, as TF's
+// own GPU kernels do: the params ops' three scalars and params_size, sequence_lengths (read on the
+// host to size and check the run) and host_reserved.
+#define TF_LSTM_REGISTER_RNN(PREFIX, DEVICE, DEVICE_TYPE, HOST, T)                             \
+  REGISTER_KERNEL_BUILDER(                                                                     \
+      Name(PREFIX "CudnnRNN").Device(DEVICE_TYPE).TypeConstraint<T>("T"),                      \
+      CudnnRNNForwardOp<DEVICE, T, 1>);                                                        \
+  REGISTER_KERNEL_BUILDER(Name(PREFIX "CudnnRNNV2")                                            \
+                              .Device(DEVICE_TYPE)                                             \
+                              .TypeConstraint<T>("T") HOST("host_reserved"),                   \
+                          CudnnRNNForwardOp<DEVICE, T, 2>);                                    \
+  REGISTER_KERNEL_BUILDER(Name(PREFIX "CudnnRNNV3")                                            \
+                              .Device(DEVICE_TYPE)                                             \
+                              .TypeConstraint<T>("T") HOST("sequence_lengths")                 \
+                                  HOST("host_reserved"),                                       \
+                          CudnnRNNForwardOp<DEVICE, T, 3>);                                    \
+  REGISTER_KERNEL_BUILDER(                                                                     \
+      Name(PREFIX "CudnnRNNBackprop").Device(DEVICE_TYPE).TypeConstraint<T>("T"),              \
+      CudnnRNNBackpropOp<DEVICE, T, 1>);                                                       \
+  REGISTER_KERNEL_BUILDER(Name(PREFIX "CudnnRNNBackpropV2")                                    \
+                              .Device(DEVICE_TYPE)                                             \
+                              .TypeConstraint<T>("T") HOST("host_reserved"),                   \
+                          CudnnRNNBackpropOp<DEVICE, T, 2>);                                   \
+  REGISTER_KERNEL_BUILDER(Name(PREFIX "CudnnRNNBackpropV3")                                    \
+                              .Device(DEVICE_TYPE)                                             \
+                              .TypeConstraint<T>("T") HOST("sequence_lengths")                 \
+                                  HOST("host_reserved"),                                       \
+                          CudnnRNNBackpropOp<DEVICE, T, 3>);                                   \
+  REGISTER_KERNEL_BUILDER(Name(PREFIX "CudnnRNNParamsSize")                                    \
+                              .Device(DEVICE_TYPE)                                             \
+                              .TypeConstraint<T>("T")                                          \
+                              .TypeConstraint<int32_t>("S") HOST("num_layers")                 \
+                                  HOST("num_units") HOST("input_size") HOST("params_size"),    \
+                          CudnnRNNParamsSizeOp<T, int32_t>);                                   \
+  REGISTER_KERNEL_BUILDER(Name(PREFIX "CudnnRNNParamsSize")                                    \
+                              .Device(DEVICE_TYPE)                                             \
+                              .TypeConstraint<T>("T")                                          \
+                              .TypeConstraint<int64_t>("S") HOST("num_layers")                 \
+                                  HOST("num_units") HOST("input_size") HOST("params_size"),    \
+                          CudnnRNNParamsSizeOp<T, int64_t>);                                   \
+  REGISTER_KERNEL_BUILDER(Name(PREFIX "CudnnRNNParamsToCanonical")                             \
+                              .Device(DEVICE_TYPE)                                             \
+                              .TypeConstraint<T>("T") HOST("num_layers") HOST("num_units")     \
+                                  HOST("input_size"),                                          \
+                          CudnnRNNParamsToCanonicalOp<DEVICE, T, false>);                      \
+  REGISTER_KERNEL_BUILDER(Name(PREFIX "CudnnRNNParamsToCanonicalV2")                           \
+                              .Device(DEVICE_TYPE)                                             \
+                              .TypeConstraint<T>("T") HOST("num_layers") HOST("num_units")     \
+                                  HOST("input_size"),                                          \
+                          CudnnRNNParamsToCanonicalOp<DEVICE, T, true>);                       \
+  REGISTER_KERNEL_BUILDER(Name(PREFIX "CudnnRNNCanonicalToParams")                             \
+                              .Device(DEVICE_TYPE)                                             \
+                              .TypeConstraint<T>("T") HOST("num_layers") HOST("num_units")     \
+                                  HOST("input_size"),                                          \
+                          CudnnRNNCanonicalToParamsOp<DEVICE, T, false>);                      \
+  REGISTER_KERNEL_BUILDER(Name(PREFIX "CudnnRNNCanonicalToParamsV2")                           \
+                              .Device(DEVICE_TYPE)                                             \
+                              .TypeConstraint<T>("T") HOST("num_layers") HOST("num_units")     \
+                                  HOST("input_size"),                                          \
+                          CudnnRNNCanonicalToParamsOp<DEVICE, T, true>);
 
-#define TF_LSTM_REGISTER_RNN_BOTH(T) \
-  TF_LSTM_REGISTER_RNN("TfLstm>", T) \
-  TF_LSTM_REGISTER_RNN("", T)
+#define TF_LSTM_CPU_MEMORY(arg)
+#define TF_LSTM_HOST_MEMORY(arg) .HostMemory(arg)
 
-TF_CALL_half(TF_LSTM_REGISTER_RNN_BOTH);
-TF_CALL_bfloat16(TF_LSTM_REGISTER_RNN_BOTH);
-TF_CALL_float(TF_LSTM_REGISTER_RNN_BOTH);
-TF_CALL_double(TF_LSTM_REGISTER_RNN_BOTH);
-#undef TF_LSTM_REGISTER_RNN_BOTH
+// CPU: our namespaced ops and TF's own op names.
+#define TF_LSTM_REGISTER_RNN_CPU(T)                                                     \
+  TF_LSTM_REGISTER_RNN("TfLstm>", CPUDevice, tensorflow::DEVICE_CPU, TF_LSTM_CPU_MEMORY, T) \
+  TF_LSTM_REGISTER_RNN("", CPUDevice, tensorflow::DEVICE_CPU, TF_LSTM_CPU_MEMORY, T)
+
+TF_CALL_half(TF_LSTM_REGISTER_RNN_CPU);
+TF_CALL_bfloat16(TF_LSTM_REGISTER_RNN_CPU);
+TF_CALL_float(TF_LSTM_REGISTER_RNN_CPU);
+TF_CALL_double(TF_LSTM_REGISTER_RNN_CPU);
+#undef TF_LSTM_REGISTER_RNN_CPU
+
+#ifdef TF_LSTM_OPS_WITH_CUDA
+// GPU: our namespaced ops only. TF's own names keep TF-GPU's cuDNN kernels (registering ours for
+// them would clash with those on a GPU build of TF).
+#define TF_LSTM_REGISTER_RNN_GPU(T) \
+  TF_LSTM_REGISTER_RNN("TfLstm>", GpuDevice, tensorflow::DEVICE_GPU, TF_LSTM_HOST_MEMORY, T)
+
+TF_CALL_half(TF_LSTM_REGISTER_RNN_GPU);
+TF_CALL_bfloat16(TF_LSTM_REGISTER_RNN_GPU);
+TF_CALL_float(TF_LSTM_REGISTER_RNN_GPU);
+TF_CALL_double(TF_LSTM_REGISTER_RNN_GPU);
+#undef TF_LSTM_REGISTER_RNN_GPU
+#endif  // TF_LSTM_OPS_WITH_CUDA
+
+#undef TF_LSTM_HOST_MEMORY
+#undef TF_LSTM_CPU_MEMORY
 #undef TF_LSTM_REGISTER_RNN
 
 }  // namespace tf_lstm_ops
