@@ -7,8 +7,13 @@
 #define EIGEN_USE_THREADS
 
 #include <algorithm>
+#include <atomic>
+#include <functional>
 #include <cstdint>
+#include <memory>
+#include <thread>
 #include <type_traits>
+#include <vector>
 
 #include "cc/cpu/gemm.h"
 #include "tensorflow/core/framework/bfloat16.h"
@@ -153,6 +158,64 @@ void ReduceRows(const CPUDevice& d, int64_t rows, int64_t width, Term term, T* o
                   for (int64_t j = j0; j < j1; ++j) out[j] = static_cast<T>(acc[j - j0]);
                 }
               });
+}
+
+// Runs fn(phase, unit) for every unit in [0, units) of every phase in [0, phases), in phase
+// order: all units of phase p finish before any unit of phase p + 1 starts, and what a unit
+// wrote is visible to the units of later phases. For the time loops of the RNN kernels, where a
+// step is tens of microseconds: a fork/join through the pool per step (threads that sleep and
+// are woken) costs about as much as the step, so the team's threads spin between phases instead.
+// A thread prefers unit (its index mod units), so a unit's slice of the weights tends to stay in
+// one core's cache. Deadlock-free and safe under a busy pool: the calling thread can do every
+// unit alone; a pool thread that starts late helps with what is left or finds nothing and exits
+// without touching `fn` (the shared state outlives this call).
+template <typename Fn>
+void RunPhases(const CPUDevice& d, int64_t phases, int units, Fn fn) {
+  if (phases <= 0 || units <= 0) return;
+  struct State {
+    explicit State(int units) : claimed(units) {
+      for (auto& c : claimed) c.store(-1, std::memory_order_relaxed);
+    }
+    std::atomic<int64_t> completed{0};          // units finished, over all phases
+    std::vector<std::atomic<int64_t>> claimed;  // per unit: the last phase it was claimed for
+    const std::function<void(int64_t, int)>* fn = nullptr;
+  };
+  const std::function<void(int64_t, int)> call = [&fn](int64_t p, int u) { fn(p, u); };
+  auto state = std::make_shared<State>(units);
+  state->fn = &call;
+  const int64_t total = phases * units;
+  auto work = [state, units, total](int preferred) {
+    int spins = 0;
+    for (;;) {
+      const int64_t done = state->completed.load(std::memory_order_acquire);
+      if (done >= total) return;
+      const int64_t phase = done / units;  // every unit of the earlier phases has finished
+      bool worked = false;
+      for (int k = 0; k < units; ++k) {
+        const int u = (preferred + k) % units;
+        int64_t expected = phase - 1;
+        if (state->claimed[u].load(std::memory_order_relaxed) == expected &&
+            state->claimed[u].compare_exchange_strong(expected, phase,
+                                                      std::memory_order_acq_rel)) {
+          (*state->fn)(phase, u);  // a successful claim means the call has not returned
+          state->completed.fetch_add(1, std::memory_order_acq_rel);
+          worked = true;
+        }
+      }
+      if (worked) {
+        spins = 0;
+      } else if (++spins < 4000) {
+#if defined(__x86_64__)
+        __builtin_ia32_pause();
+#endif
+      } else {
+        std::this_thread::yield();  // the thread we wait for may have lost its core
+      }
+    }
+  };
+  const int helpers = std::min(units, std::max(1, d.numThreads())) - 1;
+  for (int k = 1; k <= helpers; ++k) d.enqueue([work, k] { work(k); });
+  work(0);
 }
 
 }  // namespace cpu

@@ -7,7 +7,9 @@
 // GEMMs/reductions after the sweep. half/bfloat16 compute in float (GEMMs accumulate in float).
 #define EIGEN_USE_THREADS
 
+#include <algorithm>
 #include <type_traits>
+#include <vector>
 
 #include "cc/kernels/cpu_linalg.h"
 #include "cc/kernels/lstm_cell.h"
@@ -47,23 +49,24 @@ LstmActivations<const T*> AtStep(const LstmActivations<const T*>& p, int64_t t, 
   return {at(p.i), at(p.cs), at(p.f), at(p.o), at(p.ci), at(p.co), at(p.h)};
 }
 
-// The fused forward pass of one step for batch rows [begin, end): bias, activations, state
-// update and the seven saved outputs. kPeephole and kClip are compile-time so the per-unit loop
-// has no branches and vectorises.
+// The fused forward pass of one step for the units [j0, j1) of every batch row: bias,
+// activations, state update and the seven saved outputs. `rec` is this unit range's recurrent
+// block h·Wh, [B, 4·(j1 - j0)] with the gates in blk order. kPeephole and kClip are compile-time
+// so the per-unit loop has no branches and vectorises.
 template <typename T, typename A, typename Math, bool kPeephole, bool kClip>
-void ForwardRows(int64_t begin, int64_t end, int64_t H, GateBlocks blk, A forget_bias,
-                 A cell_clip, const A* xw_t, const A* rec, const A* bias, const T* cs_prev,
-                 const Peepholes<T, A>& peep, const LstmActivations<T*>& out, A* h_acc) {
+void ForwardUnits(int64_t batch, int64_t j0, int64_t j1, int64_t H, GateBlocks blk,
+                  A forget_bias, A cell_clip, const A* xw_t, const A* rec, const A* bias,
+                  const T* cs_prev, const Peepholes<T, A>& peep, const LstmActivations<T*>& out,
+                  A* h_acc) {
   const CellParams<A> params{forget_bias, cell_clip, kClip, kPeephole};
-  const int64_t G = 4 * H;
-  for (int64_t b = begin; b < end; ++b) {
-    const A *gx = xw_t + b * G, *gr = rec + b * G;
+  const int64_t G = 4 * H, n = j1 - j0;
+  for (int64_t b = 0; b < batch; ++b) {
+    const A *gx = xw_t + b * G, *gr = rec + b * 4 * n - j0;
     auto gate = [=](int block, int64_t j) {
-      const int64_t c = block * H + j;
-      return (gx[c] + gr[c]) + bias[c];
+      return (gx[block * H + j] + gr[block * n + j]) + bias[block * H + j];
     };
 #pragma GCC ivdep  // distinct buffers: no alias checks needed
-    for (int64_t j = 0; j < H; ++j) {
+    for (int64_t j = j0; j < j1; ++j) {
       const int64_t k = b * H + j;
       const CellActivations<A> a = CellForward<A, Math>(
           params, gate(blk.i, j), gate(blk.c, j), gate(blk.f, j), gate(blk.o, j), A(cs_prev[k]),
@@ -81,19 +84,19 @@ void ForwardRows(int64_t begin, int64_t end, int64_t H, GateBlocks blk, A forget
   }
 }
 
-// The fused backward pass of one step for batch rows [begin, end): dgates [B, 4H] and the cell
-// state gradient for the previous step (dc_out may alias dc_carry: element-wise). `out_grads`
-// are this step's gradients w.r.t. the outputs; kDirect says whether i/f/o/ci/co are present
-// (BlockLSTMFullGrad) or zero (the TF grad ops).
+// The fused backward pass of one step for the units [j0, j1) of batch rows [b0, b1): dgates
+// [B, 4H] and the cell state gradient for the previous step (dc_out may alias dc_carry:
+// element-wise). `out_grads` are this step's gradients w.r.t. the outputs; kDirect says whether
+// i/f/o/ci/co are present (BlockLSTMFullGrad) or zero (the TF grad ops).
 template <typename T, typename A, bool kPeephole, bool kDirect>
-void BackwardRows(int64_t begin, int64_t end, int64_t H, GateBlocks blk,
-                  const Peepholes<T, A>& peep, const LstmActivations<const T*>& act,
-                  const T* cs_prev, const LstmActivations<const T*>& out_grads,
-                  const A* dc_carry, const A* dh_carry, A* dgates, A* dc_out) {
-  for (int64_t b = begin; b < end; ++b) {
+void BackwardUnits(int64_t b0, int64_t b1, int64_t j0, int64_t j1, int64_t H, GateBlocks blk,
+                   const Peepholes<T, A>& peep, const LstmActivations<const T*>& act,
+                   const T* cs_prev, const LstmActivations<const T*>& out_grads,
+                   const A* dc_carry, const A* dh_carry, A* dgates, A* dc_out) {
+  for (int64_t b = b0; b < b1; ++b) {
     A* dg = dgates + b * 4 * H;
 #pragma GCC ivdep
-    for (int64_t j = 0; j < H; ++j) {
+    for (int64_t j = j0; j < j1; ++j) {
       const int64_t k = b * H + j;
       const CellActivations<A> a{A(act.i[k]),  A(act.cs[k]), A(act.f[k]), A(act.o[k]),
                                  A(act.ci[k]), A(act.co[k]), A(0)};
@@ -113,20 +116,46 @@ void BackwardRows(int64_t begin, int64_t end, int64_t H, GateBlocks blk,
   }
 }
 
-// One backward step over all rows, on the intra-op threads. dc_carry / dh_carry are the
-// gradients carried from step t+1 (zeros before the first step).
+// BackwardUnits with the runtime flags as template arguments.
 template <typename T, typename A>
-void BackwardStep(const CPUDevice& d, int64_t batch, int64_t cell, const LstmAttrs& attrs,
-                  const Peepholes<T, A>& peep, const LstmActivations<const T*>& act,
-                  const T* cs_prev, const LstmActivations<const T*>& out_grads,
-                  const A* dc_carry, const A* dh_carry, A* dgates, A* dc_out) {
+void BackwardUnitsFor(const LstmAttrs& attrs, bool direct, int64_t b0, int64_t b1, int64_t j0,
+                      int64_t j1, int64_t H, const Peepholes<T, A>& peep,
+                      const LstmActivations<const T*>& act, const T* cs_prev,
+                      const LstmActivations<const T*>& out_grads, const A* dc_carry,
+                      const A* dh_carry, A* dgates, A* dc_out) {
   const GateBlocks blk = BlocksOf(attrs.layout);
-  WithFlags(attrs.use_peephole, out_grads.i != nullptr, [&](auto peephole, auto direct) {
-    ParallelFor(d, batch, cell * 10 * sizeof(T), cell * 20.0, [&](int64_t begin, int64_t end) {
-      BackwardRows<T, A, decltype(peephole)::value, decltype(direct)::value>(
-          begin, end, cell, blk, peep, act, cs_prev, out_grads, dc_carry, dh_carry, dgates,
-          dc_out);
-    });
+  WithFlags(attrs.use_peephole, direct, [&](auto peephole, auto direct_c) {
+    BackwardUnits<T, A, decltype(peephole)::value, decltype(direct_c)::value>(
+        b0, b1, j0, j1, H, blk, peep, act, cs_prev, out_grads, dc_carry, dh_carry, dgates,
+        dc_out);
+  });
+}
+
+// How the time loops split the H units across the team of RunPhases: at most one slice per
+// intra-op thread, each at least 16 units wide (a whole AVX-512 vector), boundaries on multiples
+// of 16 where possible. Slice u is [bounds[u], bounds[u+1]).
+std::vector<int64_t> UnitSlices(const CPUDevice& d, int64_t H) {
+  const int64_t slices = std::max<int64_t>(1, std::min<int64_t>(d.numThreads(), H / 16));
+  std::vector<int64_t> bounds(slices + 1);
+  for (int64_t u = 0; u <= slices; ++u) bounds[u] = std::min(H, (H * u / slices + 8) / 16 * 16);
+  bounds[slices] = H;
+  return bounds;
+}
+
+// Wh's columns regrouped per unit slice, so each slice's recurrent GEMM reads one contiguous
+// [H, 4·n] block: slice u holds, for gate blocks 0..3 in order, its n columns of each.
+template <typename A>
+void GroupBySlice(const CPUDevice& d, const std::vector<int64_t>& bounds, int64_t H,
+                  const A* w_h, A* grouped) {
+  const int64_t G = 4 * H;
+  ParallelFor(d, H, G * 2.0 * sizeof(A), G, [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) {
+      for (size_t u = 0; u + 1 < bounds.size(); ++u) {
+        const int64_t j0 = bounds[u], n = bounds[u + 1] - j0;
+        A* dst = grouped + H * 4 * j0 + k * 4 * n;
+        for (int g = 0; g < 4; ++g) std::copy_n(w_h + k * G + g * H + j0, n, dst + g * n);
+      }
+    }
   });
 }
 
@@ -187,32 +216,40 @@ struct LstmForward<CPUDevice, T> {
     }
     Gemm(d, false, false, L * B, G, I, x, w_x, false, xw);
 
+    // The time loop: one phase per step; each unit slice multiplies the state by its own
+    // columns of Wh (kept hot in one core's cache) and runs the fused element-wise pass of its
+    // units. A step's units need the whole previous h, hence the phase order.
+    const std::vector<int64_t> bounds = UnitSlices(d, H);
+    const int units = static_cast<int>(bounds.size()) - 1;
+    Tensor wg_holder;
+    A* w_grouped;
+    TF_RETURN_IF_ERROR(AllocateScratch(ctx, H * G, &wg_holder, &w_grouped));
+    GroupBySlice(d, bounds, H, w_h, w_grouped);
     const CellParams<A> params = MakeCellParams<A, T>(attrs);
     const GateBlocks blk = BlocksOf(attrs.layout);
-    for (int64_t t = 0; t < L; ++t) {
-      const A* h_state = h_prev;
-      if (t > 0) {
-        if constexpr (std::is_same_v<T, A>) {
-          h_state = out.h + (t - 1) * step;
-        } else {
-          h_state = h_acc;
+    WithFlags(params.use_peephole, params.clip_active, [&](auto peephole, auto clip) {
+      RunPhases(d, L, units, [&](int64_t t, int u) {
+        const int64_t j0 = bounds[u], n = bounds[u + 1] - j0;
+        const A* h_state = h_prev;
+        if (t > 0) {
+          if constexpr (std::is_same_v<T, A>) {
+            h_state = out.h + (t - 1) * step;
+          } else {
+            h_state = h_acc;
+          }
         }
-      }
-      Gemm(d, false, false, B, G, H, h_state, w_h, false, rec);
-
-      const T* cs_prev = t == 0 ? in.cs_prev : out.cs + (t - 1) * step;
-      const A* xw_t = xw + t * B * G;
-      auto at_t = [&](T* p) { return p + t * step; };
-      const LstmActivations<T*> out_t{at_t(out.i),  at_t(out.cs), at_t(out.f), at_t(out.o),
-                                      at_t(out.ci), at_t(out.co), at_t(out.h)};
-      WithFlags(params.use_peephole, params.clip_active, [&](auto peephole, auto clip) {
-        ParallelFor(d, B, H * 12 * sizeof(T), H * 20.0, [&](int64_t begin, int64_t end) {
-          ForwardRows<T, A, MathFor<T>, decltype(peephole)::value, decltype(clip)::value>(
-              begin, end, H, blk, params.forget_bias, params.cell_clip, xw_t, rec, bias,
-              cs_prev, peep, out_t, h_acc);
-        });
+        A* rec_u = rec + B * 4 * j0;
+        gemm::Block(false, false, B, 4 * n, H, h_state, H, w_grouped + H * 4 * j0, 4 * n, false,
+                    rec_u, 4 * n);
+        const T* cs_prev = t == 0 ? in.cs_prev : out.cs + (t - 1) * step;
+        auto at_t = [&](T* p) { return p + t * step; };
+        const LstmActivations<T*> out_t{at_t(out.i),  at_t(out.cs), at_t(out.f), at_t(out.o),
+                                        at_t(out.ci), at_t(out.co), at_t(out.h)};
+        ForwardUnits<T, A, MathFor<T>, decltype(peephole)::value, decltype(clip)::value>(
+            B, j0, j0 + n, H, blk, params.forget_bias, params.cell_clip, xw + t * B * G, rec_u,
+            bias, cs_prev, peep, out_t, h_acc);
       });
-    }
+    });
     return absl::OkStatus();
   }
 };
@@ -255,15 +292,25 @@ struct LstmBackward<CPUDevice, T> {
     TF_RETURN_IF_ERROR(AllocateScratch(ctx, step, &dc_holder, &dc));
     TF_RETURN_IF_ERROR(AllocateScratch(ctx, step, &dh_holder, &dh));
 
-    // Reverse sweep: only the element-wise step and dgates_t·Whᵀ are on the sequential path.
-    Fill(d, dc, step, A(0));  // nothing is carried into the last step
+    // Reverse sweep, one phase per step: each unit slice first completes its columns of
+    // dh = dgates_{t+1}·Whᵀ (its rows of Wh), then the fused element-wise pass of its units,
+    // which reads only its own columns of dh and dc. Nothing is carried into the last step.
+    Fill(d, dc, step, A(0));
     Fill(d, dh, step, A(0));
-    for (int64_t t = L - 1; t >= 0; --t) {
+    const std::vector<int64_t> bounds = UnitSlices(d, H);
+    const int units = static_cast<int>(bounds.size()) - 1;
+    const bool direct = out_grads.i != nullptr;
+    RunPhases(d, L, units, [&](int64_t phase, int u) {
+      const int64_t t = L - 1 - phase, j0 = bounds[u], j1 = bounds[u + 1];
+      if (t < L - 1) {
+        gemm::Block(false, true, B, j1 - j0, G, dgates + (t + 1) * B * G, G, w_h + j0 * G, G,
+                    false, dh + j0, H);
+      }
       const T* cs_prev = t == 0 ? in.cs_prev : act.cs + (t - 1) * step;
-      BackwardStep<T, A>(d, B, H, attrs, peep, AtStep(act, t, step), cs_prev,
-                         AtStep(out_grads, t, step), dc, dh, dgates + t * B * G, dc);
-      Gemm(d, false, true, B, H, G, dgates + t * B * G, w_h, false, dh);
-    }
+      BackwardUnitsFor<T, A>(attrs, direct, 0, B, j0, j1, H, peep, AtStep(act, t, step), cs_prev,
+                             AtStep(out_grads, t, step), dc, dh, dgates + t * B * G, dc);
+    });
+    Gemm(d, false, true, B, H, G, dgates, w_h, false, dh);  // dL/dh_prev
     Convert(d, dc, grads.cs_prev, step);
     Convert(d, dh, grads.h_prev, step);
 
@@ -328,8 +375,10 @@ struct LstmCellBackward<CPUDevice, T> {
     A* zeros;
     TF_RETURN_IF_ERROR(AllocateScratch(ctx, step, &zeros_holder, &zeros));
     Fill(d, zeros, step, A(0));
-    BackwardStep<T, A>(d, B, H, attrs, peep, act, in.cs_prev, out_grads, zeros, zeros, dgates,
-                       dc);
+    ParallelFor(d, B, H * 10 * sizeof(T), H * 20.0, [&](int64_t begin, int64_t end) {
+      BackwardUnitsFor<T, A>(attrs, out_grads.i != nullptr, begin, end, 0, H, H, peep, act,
+                             in.cs_prev, out_grads, zeros, zeros, dgates, dc);
+    });
     Convert(d, dgates, dgates_out, 4 * step);
     Convert(d, dc, cs_prev_grad, step);
     if (attrs.use_peephole) {
