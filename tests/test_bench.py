@@ -94,6 +94,7 @@ def test_help(capsys):
     ["--contenders", "tf_block", "--family", "gru"],
     ["--baseline", "nope"],
     ["--plot", "chart.jpg"],
+    ["--cooldown", "-1"],
     ["--no-such-flag"],
 ])
 def test_bad_arguments_are_usage_errors(argv, capsys):
@@ -110,6 +111,7 @@ def test_argument_defaults_and_lists():
     assert args.shapes == list(bench.DEFAULT_SHAPES)
     assert args.dtypes == ["float32"] and args.families == ["lstm", "gru"]
     assert args.repeats == bench.DEFAULT_REPEATS
+    assert args.cooldown == bench.DEFAULT_COOLDOWN_MS
     args = bench.parse_args(["--quick", "--shape", "5x4x3x2", "--dtype", "fp16,bfloat16",
                              "--dtype", "half", "--family", "gru"])
     assert args.shapes == [(5, 4, 3, 2)]

@@ -18,8 +18,9 @@ For every case (family x dtype x shape (T, B, I, H)) each contender times up to 
 Every TensorFlow callable is a tf.function with pre-made inputs; one element of every result is
 read back to the host (`.numpy()`), so each call has really finished. The first call of every
 callable (tracing) and --warmup more are untimed. The timed calls go round-robin over all
-contenders and phases of a case, --repeats rounds (the order rotates each round), and the table
-reports medians. GFLOP/s count GEMM FLOP only (multiply-add = 2): LSTM forward 8*B*H*(I+H)*T,
+contenders and phases of a case, --repeats rounds (the order rotates each round), each call after
+an untimed --cooldown pause (torch's OpenMP threads spin for milliseconds after a call and would
+otherwise slow whichever contender comes next), and the table reports medians. GFLOP/s count GEMM FLOP only (multiply-add = 2): LSTM forward 8*B*H*(I+H)*T,
 GRU 6*B*H*(I+H)*T, backward twice the forward; "% peak" divides by the median GFLOP/s of a float32
 tf.matmul measured at the start of the run (for every dtype). "speedup" is the row's median
 divided by the baseline contender's median for the same phase (default: ours BlockLSTMV2 for
@@ -60,6 +61,9 @@ PHASES = ("fwd", "bwd", "fwd+bwd")
 GATES = {"lstm": 4, "gru": 3}
 DEFAULT_REPEATS, DEFAULT_WARMUP = 10, 1
 QUICK_REPEATS, QUICK_WARMUP = 3, 0
+# Untimed pause before every timed call: torch's OpenMP threads keep spinning for milliseconds
+# after a call (GOMP_SPINCOUNT), which would steal the CPUs from whichever contender runs next.
+DEFAULT_COOLDOWN_MS, QUICK_COOLDOWN_MS = 20.0, 0.0
 SGEMM_N, QUICK_SGEMM_N = 2048, 256
 # The --memory subprocess: TF's oneDNN builds allocate through a caching BFC allocator by default,
 # which would hide a step's memory after the first call; the system allocator with these glibc
@@ -510,6 +514,10 @@ def build_parser():
     parser.add_argument("--warmup", type=_non_negative, metavar="N",
                         help="untimed calls per callable after its first (tracing) call "
                              "(default %d; --quick %d)" % (DEFAULT_WARMUP, QUICK_WARMUP))
+    parser.add_argument("--cooldown", type=float, metavar="MS",
+                        help="untimed pause before every timed call, so threads a previous "
+                             "contender left spinning (torch's OpenMP) do not slow the next one "
+                             "(default %g; --quick %g)" % (DEFAULT_COOLDOWN_MS, QUICK_COOLDOWN_MS))
     parser.add_argument("--quick", action="store_true",
                         help="a tiny fast run: shape %s unless --shape is given, fewer repeats, "
                              "a %dx%d sgemm" % (",".join(map(str, QUICK_SHAPES[0])),
@@ -544,6 +552,11 @@ def parse_args(argv=None):
         args.repeats = QUICK_REPEATS if args.quick else DEFAULT_REPEATS
     if args.warmup is None:
         args.warmup = QUICK_WARMUP if args.quick else DEFAULT_WARMUP
+    if args.cooldown is None:
+        args.cooldown = QUICK_COOLDOWN_MS if args.quick else DEFAULT_COOLDOWN_MS
+    if args.cooldown < 0:
+        parser.error("--cooldown: expected a non-negative number of milliseconds, got %g"
+                     % args.cooldown)
     if args.contenders is not None:
         args.contenders = list(dict.fromkeys(args.contenders))
         if not any(contenders_for(f, args.contenders) for f in args.families):
@@ -777,6 +790,8 @@ def run_case(case, contenders, args, progress, skipped):
                          % (case.label, r + 1, args.repeats, len(cells)))
             shift = r % max(1, len(cells))
             for cell in cells[shift:] + cells[:shift]:
+                if args.cooldown > 0:
+                    time.sleep(args.cooldown / 1e3)
                 start = time.perf_counter()
                 cell.fn()
                 cell.samples.append((time.perf_counter() - start) * 1e3)
@@ -1104,7 +1119,8 @@ def run(args):
     return {
         "config": {"shapes": [list(s) for s in args.shapes], "dtypes": args.dtypes,
                    "families": args.families, "repeats": args.repeats, "warmup": args.warmup,
-                   "quick": args.quick, "baseline": args.baseline or DEFAULT_BASELINE,
+                   "quick": args.quick, "cooldown_ms": args.cooldown,
+                   "baseline": args.baseline or DEFAULT_BASELINE,
                    "contenders": args.contenders, "memory": args.memory},
         "machine": machine,
         "sgemm": sgemm,
