@@ -399,8 +399,7 @@ struct ScaleByFn {  // x[k] *= mask[k] (dropout backward)
 template <typename Backend, typename T>
 struct RnnEngine {
   using A = Acc<T>;
-  // σ and tanh as on the CPU: FastMath for float storage, ExactMath otherwise (the 16-bit types
-  // are not float, so they get ExactMath like Eigen::half / Eigen::bfloat16 there).
+  // σ and tanh as on the CPU: ExactMath for double, FastMath otherwise.
   using Math = MathFor<T>;
   static constexpr bool kSame = std::is_same_v<T, A>;
 
