@@ -181,23 +181,8 @@ def attrs_for(op, attrs):
 
 
 def random_params(rng, B, I, H, dtype="float64", T=None, scale=1.0):
-    """Random valid float inputs (float64 numpy, already rounded to dtype).
-
-    x is [B, I] when T is None (cell ops) and [T, B, I] otherwise. Gate pre-activations have
-    a standard deviation of about `scale`.
-    """
-    K = I + H
-    ws = 3.0 * scale / np.sqrt(max(K, 1))
-    p = dict(
-        x=rng.uniform(-1, 1, (B, I) if T is None else (T, B, I)),
-        cs_prev=rng.uniform(-1.5, 1.5, (B, H)),
-        h_prev=rng.uniform(-0.9, 0.9, (B, H)),
-        w=rng.uniform(-ws, ws, (K, 4 * H)),
-        wci=rng.uniform(-0.6, 0.6, (H,)),
-        wcf=rng.uniform(-0.6, 0.6, (H,)),
-        wco=rng.uniform(-0.6, 0.6, (H,)),
-        b=rng.uniform(-1, 1, (4 * H,)) * scale,
-    )
+    """reference.random_inputs, rounded to dtype (as float64 numpy)."""
+    p = ref.random_inputs(rng, B, I, H, T=T, scale=scale)
     return {k: round_to(v, dtype) for k, v in p.items()}
 
 

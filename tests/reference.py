@@ -22,6 +22,25 @@ LAYOUTS = {
 }
 
 
+def random_inputs(rng, B, I, H, T=None, scale=1.0):
+    """Random valid float64 inputs of the LSTM block ops (not yet rounded to a dtype): x is
+    [B, I] when T is None (cell ops) and [T, B, I] otherwise. Gate pre-activations have a
+    standard deviation of about `scale`. The CPU tests and the GPU self-test both draw from here.
+    """
+    K = I + H
+    ws = 3.0 * scale / np.sqrt(max(K, 1))
+    return dict(
+        x=rng.uniform(-1, 1, (B, I) if T is None else (T, B, I)),
+        cs_prev=rng.uniform(-1.5, 1.5, (B, H)),
+        h_prev=rng.uniform(-0.9, 0.9, (B, H)),
+        w=rng.uniform(-ws, ws, (K, 4 * H)),
+        wci=rng.uniform(-0.6, 0.6, (H,)),
+        wcf=rng.uniform(-0.6, 0.6, (H,)),
+        wco=rng.uniform(-0.6, 0.6, (H,)),
+        b=rng.uniform(-1, 1, (4 * H,)) * scale,
+    )
+
+
 def sigmoid(z):
     return 1.0 / (1.0 + np.exp(-z))
 

@@ -8,26 +8,12 @@ cc/gpu/selftest/lstm_checks.py, the checks a GPU self-test runs with backend "cu
 Skipped only when nvcc is missing.
 """
 
-import importlib.util
-import os
 
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SELFTEST = os.path.join(ROOT, "cc", "gpu", "selftest")
-
-
-def _import(name):
-    spec = importlib.util.spec_from_file_location("tf_lstm_gpu_selftest_" + name,
-                                                  os.path.join(SELFTEST, name + ".py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-build = _import("build")
-checks = _import("lstm_checks")
+from cc.gpu.selftest import build  # noqa: E402  (pytest.ini puts the repo on sys.path)
+from cc.gpu.selftest import lstm_checks as checks  # noqa: E402
 
 DTYPES = checks.DTYPES
 SHAPES = checks.SEQ_SHAPES

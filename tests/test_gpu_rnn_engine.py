@@ -3,8 +3,6 @@ with nvcc (cc/gpu/selftest/build.py) runs the engine on its HostBackend (the sam
 CUDA calls executed on the CPU) and cc/gpu/selftest/rnn_checks.py compares it with the float64
 reference in every dtype, and with the CPU TensorFlow op, whose reserve-space format it shares."""
 
-import importlib.util
-import os
 import zlib
 
 import numpy as np
@@ -12,24 +10,14 @@ import pytest
 
 import cudnn_reference as R
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SELFTEST = os.path.join(ROOT, "cc", "gpu", "selftest")
+from cc.gpu.selftest import build  # noqa: E402  (pytest.ini puts the repo on sys.path)
+from cc.gpu.selftest import rnn_checks as C  # noqa: E402
 
-
-def _import(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-C = _import("rnn_checks", os.path.join(SELFTEST, "rnn_checks.py"))
 CASES = C.engine_cases()
 
 
 @pytest.fixture(scope="module")
 def mod():
-    build = _import("gpu_selftest_build", os.path.join(SELFTEST, "build.py"))
     try:
         build.find_nvcc()
     except RuntimeError as e:  # the only reason to skip: without nvcc nothing can be built

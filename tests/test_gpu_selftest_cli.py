@@ -28,16 +28,8 @@ SELFTEST = os.path.join(ROOT, "cc", "gpu", "selftest")
 CLI = os.path.join(SELFTEST, "gpu_selftest.py")
 
 
-def _import(name):
-    spec = importlib.util.spec_from_file_location("test_cli_" + name,
-                                                  os.path.join(SELFTEST, name + ".py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-cli = _import("gpu_selftest")
-tc = cli._sibling("torch_checks")
+from cc.gpu.selftest import gpu_selftest as cli  # noqa: E402  (pytest.ini: repo on sys.path)
+from cc.gpu.selftest import torch_checks as tc  # noqa: E402
 
 
 def _have_torch():

@@ -66,25 +66,13 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+if ROOT not in sys.path:  # run as a script: make the repo's cc.gpu.selftest importable
+    sys.path.insert(0, ROOT)
+from cc.gpu.selftest import build, lstm_checks, rnn_checks, storage  # noqa: E402
 
 
-def _sibling(name):
-    """cc/gpu/selftest/<name>.py, imported once per process under a private name."""
-    import importlib.util
-
-    key = "_tf_lstm_ops_selftest_" + name
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, os.path.join(HERE, name + ".py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        spec.loader.exec_module(module)
-    return sys.modules[key]
 
 
-build = _sibling("build")
-storage = _sibling("storage")
-lstm_checks = _sibling("lstm_checks")
-rnn_checks = _sibling("rnn_checks")
 R = rnn_checks.R  # tests/cudnn_reference.py
 
 DTYPES = storage.DTYPES
@@ -509,14 +497,14 @@ def _torch_group(ctx, items, check, label):
 
 
 def group_torch_rnn(ctx):
-    tc = _sibling("torch_checks")
+    from cc.gpu.selftest import torch_checks as tc
     cases = tc.torch_cases(quick=ctx.quick, large=not ctx.quick and ctx.backend == "cuda")
     return _torch_group(ctx, cases, lambda case, dtype, rng: tc.check_rnn_vs_torch(
         ctx.module, ctx.alloc, ctx.torch, ctx.device, case, dtype, rng), "rnn")
 
 
 def group_torch_block(ctx):
-    tc = _sibling("torch_checks")
+    from cc.gpu.selftest import torch_checks as tc
     shapes = list(tc.BLOCK_SHAPES)
     if not ctx.quick and ctx.backend == "cuda":
         shapes += list(tc.BLOCK_SHAPES_LARGE)
@@ -535,7 +523,7 @@ def _sizes_text(sizes):
 
 
 def group_bench(ctx):
-    tc = _sibling("torch_checks")
+    from cc.gpu.selftest import torch_checks as tc
     sizes = ctx.args.bench_sizes or list(
         tc.BENCH_SIZES if ctx.backend == "cuda" else tc.HOST_BENCH_SIZES)
     rows, failures = [], []
@@ -589,7 +577,7 @@ def group_bench(ctx):
 
 def bench_worker(args):
     """One precision mode (this process's TF_LSTM_OPS_ALLOW_TF32 is set by the parent)."""
-    tc = _sibling("torch_checks")
+    from cc.gpu.selftest import torch_checks as tc
     torch = import_torch()
     precision = args.bench_worker
     errors, rows = [], []

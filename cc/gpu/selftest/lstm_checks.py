@@ -22,27 +22,15 @@ import numpy as np
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
-if os.path.join(_ROOT, "tests") not in sys.path:
-    sys.path.insert(0, os.path.join(_ROOT, "tests"))
+for _path in (_ROOT, os.path.join(_ROOT, "tests")):  # the repo (cc.gpu.selftest) and tests/
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
 import reference as ref  # noqa: E402  (tests/reference.py)
+from cc.gpu.selftest import storage  # noqa: E402
 
 
-def _sibling(name):
-    """cc/gpu/selftest/<name>.py, imported once per process under a private name (the tests
-    load these files by path, so a plain `import storage` could find something else)."""
-    import importlib.util
-
-    key = "_tf_lstm_ops_selftest_" + name
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            key, os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        spec.loader.exec_module(module)
-    return sys.modules[key]
 
 
-storage = _sibling("storage")
 
 DTYPES = ("half", "bfloat16", "float32", "float64")
 OUTPUTS = ref.OUTPUT_NAMES  # i, cs, f, o, ci, co, h
@@ -139,20 +127,8 @@ def reference_attrs(cfg, dtype):
 
 
 def random_inputs(rng, B, I, H, dtype, T=None, scale=1.0):
-    """Random valid inputs (float64, already rounded to dtype), as tests/conftest.py makes
-    them: x is [B, I] when T is None and [T, B, I] otherwise."""
-    K = I + H
-    ws = 3.0 * scale / np.sqrt(max(K, 1))
-    p = dict(
-        x=rng.uniform(-1, 1, (B, I) if T is None else (T, B, I)),
-        cs_prev=rng.uniform(-1.5, 1.5, (B, H)),
-        h_prev=rng.uniform(-0.9, 0.9, (B, H)),
-        w=rng.uniform(-ws, ws, (K, 4 * H)),
-        wci=rng.uniform(-0.6, 0.6, (H,)),
-        wcf=rng.uniform(-0.6, 0.6, (H,)),
-        wco=rng.uniform(-0.6, 0.6, (H,)),
-        b=rng.uniform(-1, 1, (4 * H,)) * scale,
-    )
+    """tests/reference.py's random inputs (the CPU tests' distribution), rounded to dtype."""
+    p = ref.random_inputs(rng, B, I, H, T=T, scale=scale)
     return {k: round_to(v, dtype) for k, v in p.items()}
 
 

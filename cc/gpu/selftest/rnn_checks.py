@@ -28,27 +28,15 @@ import numpy as np
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
 _TESTS = os.path.join(_ROOT, "tests")
-if _TESTS not in sys.path:
-    sys.path.insert(0, _TESTS)
+for _path in (_ROOT, _TESTS):  # the repo (cc.gpu.selftest) and tests/
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
 import cudnn_reference as R  # noqa: E402
+from cc.gpu.selftest import storage  # noqa: E402
 
 
-def _sibling(name):
-    """cc/gpu/selftest/<name>.py, imported once per process under a private name (the tests
-    load these files by path, so a plain `import storage` could find something else)."""
-    import importlib.util
-
-    key = "_tf_lstm_ops_selftest_" + name
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            key, os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        spec.loader.exec_module(module)
-    return sys.modules[key]
 
 
-storage = _sibling("storage")
 
 DTYPES = storage.DTYPES
 # vs the float64 reference, relative to max(1, max|expected|): the CPU kernels' tolerances

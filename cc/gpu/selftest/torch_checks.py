@@ -35,27 +35,15 @@ import numpy as np
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(_HERE)))
 _TESTS = os.path.join(_ROOT, "tests")
-if _TESTS not in sys.path:
-    sys.path.insert(0, _TESTS)
+for _path in (_ROOT, _TESTS):  # the repo (cc.gpu.selftest) and tests/
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
 import cudnn_reference as R  # noqa: E402
+from cc.gpu.selftest import lstm_checks, rnn_checks, storage  # noqa: E402
 
 
-def _sibling(name):
-    """cc/gpu/selftest/<name>.py, imported once per process under a private name."""
-    import importlib.util
-
-    key = "_tf_lstm_ops_selftest_" + name
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, os.path.join(_HERE, name + ".py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        spec.loader.exec_module(module)
-    return sys.modules[key]
 
 
-storage = _sibling("storage")
-rnn_checks = _sibling("rnn_checks")
-lstm_checks = _sibling("lstm_checks")
 
 DTYPES = storage.DTYPES
 # ours vs torch float64, relative to max(1, max|expected|): at least this much is allowed ...
