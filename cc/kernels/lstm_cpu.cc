@@ -131,34 +131,6 @@ void BackwardUnitsFor(const LstmAttrs& attrs, bool direct, int64_t b0, int64_t b
   });
 }
 
-// How the time loops split the H units across the team of RunPhases: at most one slice per
-// intra-op thread, each at least 16 units wide (a whole AVX-512 vector), boundaries on multiples
-// of 16 where possible. Slice u is [bounds[u], bounds[u+1]).
-std::vector<int64_t> UnitSlices(const CPUDevice& d, int64_t H) {
-  const int64_t slices = std::max<int64_t>(1, std::min<int64_t>(d.numThreads(), H / 16));
-  std::vector<int64_t> bounds(slices + 1);
-  for (int64_t u = 0; u <= slices; ++u) bounds[u] = std::min(H, (H * u / slices + 8) / 16 * 16);
-  bounds[slices] = H;
-  return bounds;
-}
-
-// Wh's columns regrouped per unit slice, so each slice's recurrent GEMM reads one contiguous
-// [H, 4·n] block: slice u holds, for gate blocks 0..3 in order, its n columns of each.
-template <typename A>
-void GroupBySlice(const CPUDevice& d, const std::vector<int64_t>& bounds, int64_t H,
-                  const A* w_h, A* grouped) {
-  const int64_t G = 4 * H;
-  ParallelFor(d, H, G * 2.0 * sizeof(A), G, [&](int64_t begin, int64_t end) {
-    for (int64_t k = begin; k < end; ++k) {
-      for (size_t u = 0; u + 1 < bounds.size(); ++u) {
-        const int64_t j0 = bounds[u], n = bounds[u + 1] - j0;
-        A* dst = grouped + H * 4 * j0 + k * 4 * n;
-        for (int g = 0; g < 4; ++g) std::copy_n(w_h + k * G + g * H + j0, n, dst + g * n);
-      }
-    }
-  });
-}
-
 // Peephole gradients: wci_grad = Σ δi ⊙ cs_prev, wcf_grad = Σ δf ⊙ cs_prev, wco_grad = Σ δo ⊙ cs,
 // over `rows` = steps × batch rows; cs_prev_of(r) gives the cs_prev row for dgates row r.
 template <typename T, typename A, typename CsPrevRow>
@@ -219,12 +191,12 @@ struct LstmForward<CPUDevice, T> {
     // The time loop: one phase per step; each unit slice multiplies the state by its own
     // columns of Wh (kept hot in one core's cache) and runs the fused element-wise pass of its
     // units. A step's units need the whole previous h, hence the phase order.
-    const std::vector<int64_t> bounds = UnitSlices(d, H);
+    const std::vector<int64_t> bounds = UnitSlices(H, d.numThreads());
     const int units = static_cast<int>(bounds.size()) - 1;
     Tensor wg_holder;
-    A* w_grouped;
+    A* w_grouped;  // slice u: its columns of Wh, a contiguous [H, 4·n] block at H·4·j0
     TF_RETURN_IF_ERROR(AllocateScratch(ctx, H * G, &wg_holder, &w_grouped));
-    GroupBySlice(d, bounds, H, w_h, w_grouped);
+    GroupBySlice(d, bounds, H, 4, H, w_h, G, 1, false, w_grouped);
     const CellParams<A> params = MakeCellParams<A, T>(attrs);
     const GateBlocks blk = BlocksOf(attrs.layout);
     WithFlags(params.use_peephole, params.clip_active, [&](auto peephole, auto clip) {
@@ -297,7 +269,7 @@ struct LstmBackward<CPUDevice, T> {
     // which reads only its own columns of dh and dc. Nothing is carried into the last step.
     Fill(d, dc, step, A(0));
     Fill(d, dh, step, A(0));
-    const std::vector<int64_t> bounds = UnitSlices(d, H);
+    const std::vector<int64_t> bounds = UnitSlices(H, d.numThreads());
     const int units = static_cast<int>(bounds.size()) - 1;
     const bool direct = out_grads.i != nullptr;
     RunPhases(d, L, units, [&](int64_t phase, int u) {
