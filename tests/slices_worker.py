@@ -1,0 +1,108 @@
+"""Run in a subprocess by test_cpu_time_loop_slices.py: the intra-op thread count must be set
+before TensorFlow starts, and it decides how many unit slices the CPU time loops use.
+
+usage: python slices_worker.py THREADS    prints one line per failed check, then "DONE <n checks>"
+"""
+
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+tf.config.threading.set_intra_op_parallelism_threads(int(sys.argv[1]))
+
+import cudnn_reference as R  # noqa: E402
+import reference as ref  # noqa: E402
+import tf_lstm_ops  # noqa: E402
+
+TOL = {"float64": 1e-10, "float32": 2e-5}
+checks = 0
+
+
+def close(name, got, expect, tol, what):
+    global checks
+    checks += 1
+    got = np.asarray(got, np.float64)
+    err = np.max(np.abs(got - expect), initial=0.0) / max(1.0, np.max(np.abs(expect), initial=0.0))
+    if not err <= tol:
+        print("FAIL %s %s: relative error %.3g > %.3g" % (what, name, err, tol), flush=True)
+
+
+def block_lstm_cases(rng):
+    """BlockLSTM / BlockLSTMV2 forward and gradient with H from 16 to 70 (1 to 4 slices)."""
+    for H, B, use_peephole, cell_clip, layout in [(37, 5, True, 0.8, "ICFO"), (48, 1, False, 0.0, "IFCO"),
+                                                  (64, 4, True, 0.0, "IFCO"), (70, 3, False, 3.0, "ICFO")]:
+        T, I, L = 6, 9, 5
+        for dtype in ("float32", "float64"):
+            p = ref.random_inputs(rng, B, I, H, T=T)
+            p = {k: v.astype(dtype).astype(np.float64) for k, v in p.items()}
+            op = tf_lstm_ops.raw.BlockLSTM if layout == "ICFO" else tf_lstm_ops.raw.BlockLSTMV2
+            grad = tf_lstm_ops.raw.BlockLSTMGrad if layout == "ICFO" else tf_lstm_ops.raw.BlockLSTMGradV2
+            attrs = dict(cell_clip=cell_clip, use_peephole=use_peephole)
+            if layout == "ICFO":
+                attrs["forget_bias"] = 0.5
+            tfp = {k: tf.constant(v, dtype) for k, v in p.items()}
+            seq = tf.constant(L, tf.int64)
+            out = op(seq_len_max=seq, **tfp, **attrs)
+            forget_bias = 0.5 if layout == "ICFO" else 0.0
+            expect = ref.block_lstm(L, **p, forget_bias=forget_bias, cell_clip=float(np.float32(cell_clip)),
+                                    use_peephole=use_peephole, layout=layout)
+            what = "BlockLSTM %s H=%d B=%d %s" % (layout, H, B, dtype)
+            for k in ref.OUTPUT_NAMES:
+                close(k, getattr(out, k), expect[k], TOL[dtype], what)
+            cs_grad = rng.standard_normal((T, B, H)).astype(dtype).astype(np.float64)
+            h_grad = rng.standard_normal((T, B, H)).astype(dtype).astype(np.float64)
+            g = grad(seq_len_max=seq, **tfp, **{k: getattr(out, k) for k in ref.OUTPUT_NAMES},
+                     cs_grad=tf.constant(cs_grad, dtype), h_grad=tf.constant(h_grad, dtype),
+                     use_peephole=use_peephole)
+            expect_g = ref.block_lstm_grad(L, **p, **{k: expect[k] for k in ref.OUTPUT_NAMES},
+                                           cs_grad=cs_grad, h_grad=h_grad, use_peephole=use_peephole,
+                                           layout=layout)
+            for k in ref.SEQ_GRAD_NAMES:
+                close(k, getattr(g, k), expect_g[k], TOL[dtype], what)
+
+
+def cudnn_cases(rng):
+    """CudnnRNNV3 forward and backprop: every mode, both directions, projection, lengths."""
+    for ci, (mode, direction, H, P) in enumerate([
+            ("lstm", "bidirectional", 48, 0), ("lstm", "unidirectional", 64, 20),
+            ("lstm", "bidirectional", 40, 36), ("gru", "bidirectional", 37, 0),
+            ("gru", "unidirectional", 64, 0), ("rnn_tanh", "bidirectional", 48, 0),
+            ("rnn_relu", "unidirectional", 70, 0)]):
+        cfg = R.Cfg(mode, num_layers=2 if ci % 2 == 0 else 1, num_units=H, input_size=24,
+                    direction=direction, num_proj=P)
+        for B, time_major, dtype in ((5, ci % 3 != 0, "float32"), (1, True, "float64"), (4, False, "float64")):
+            T = 6
+            lens = rng.integers(0, T + 1, size=B)
+            lens[0] = T
+            inp = R.rounded(R.random_inputs(rng, cfg, T, B, time_major), dtype)
+            cot = R.rounded(R.random_cotangents(rng, cfg, T, B, time_major), dtype)
+            kw = R.tf_forward_inputs(cfg, inp, dtype, lens, 3, time_major)
+            attrs = R.tf_attrs(cfg, 3, time_major)
+            fwd = tf_lstm_ops.raw.CudnnRNNV3(**kw, **attrs, is_training=True)
+            zero = tf.zeros([], R.tf_dtype(dtype))
+            bwd = tf_lstm_ops.raw.CudnnRNNBackpropV3(
+                **kw, **attrs, output=fwd.output, output_h=fwd.output_h, output_c=fwd.output_c,
+                output_backprop=R.to_tf(cot["dy"], dtype), output_h_backprop=R.to_tf(cot["dh"], dtype),
+                output_c_backprop=R.to_tf(cot["dc"], dtype) if cfg.is_lstm else zero,
+                reserve_space=fwd.reserve_space, host_reserved=fwd.host_reserved)
+            got = dict(fwd._asdict(), **bwd._asdict())
+            what = "CudnnRNNV3 %s %s H=%d P=%d B=%d %s" % (mode, direction, H, P, B, dtype)
+            expect = R.forward(cfg, inp["input"], inp["input_h"], inp["input_c"], inp["params"], lens,
+                               time_major)
+            expect.update(R.backward(cfg, inp["input"], inp["input_h"], inp["input_c"], inp["params"],
+                                     cot["dy"], cot["dh"], cot["dc"], lens, time_major))
+            for k, v in expect.items():
+                close(k, R.to_np(got[k]), v, TOL[dtype], what)
+
+
+rng = np.random.default_rng(int(sys.argv[1]))
+block_lstm_cases(rng)
+cudnn_cases(rng)
+print("DONE %d" % checks, flush=True)
