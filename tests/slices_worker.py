@@ -35,10 +35,15 @@ def close(name, got, expect, tol, what):
 
 
 def block_lstm_cases(rng):
-    """BlockLSTM / BlockLSTMV2 forward and gradient with H from 16 to 70 (1 to 4 slices)."""
+    """BlockLSTM / BlockLSTMV2 forward and gradient with H from 20 to 70 (1 to 4 slices), and batches
+    large enough for several chunks of steps."""
+    # B = 130 and 100: 3 and 5 steps per chunk of the time loops (kChunkRows = 512), so the
+    # sweeps cross chunk boundaries.
     for H, B, use_peephole, cell_clip, layout in [(37, 5, True, 0.8, "ICFO"), (48, 1, False, 0.0, "IFCO"),
-                                                  (64, 4, True, 0.0, "IFCO"), (70, 3, False, 3.0, "ICFO")]:
-        T, I, L = 6, 9, 5
+                                                  (64, 4, True, 0.0, "IFCO"), (70, 3, False, 3.0, "ICFO"),
+                                                  (20, 130, True, 0.8, "IFCO"), (40, 100, False, 0.0, "ICFO")]:
+        T, I = 6, 9
+        L = 5 if B < 100 else 6
         for dtype in ("float32", "float64"):
             p = ref.random_inputs(rng, B, I, H, T=T)
             p = {k: v.astype(dtype).astype(np.float64) for k, v in p.items()}

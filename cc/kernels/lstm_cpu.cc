@@ -131,23 +131,30 @@ void BackwardUnitsFor(const LstmAttrs& attrs, bool direct, int64_t b0, int64_t b
   });
 }
 
-// Peephole gradients: wci_grad = Σ δi ⊙ cs_prev, wcf_grad = Σ δf ⊙ cs_prev, wco_grad = Σ δo ⊙ cs,
-// over `rows` = steps × batch rows; cs_prev_of(r) gives the cs_prev row for dgates row r.
-template <typename T, typename A, typename CsPrevRow>
-void PeepholeGrads(const CPUDevice& d, const LstmAttrs& attrs, int64_t rows, int64_t cell,
-                   const A* dgates, CsPrevRow cs_prev_of, const T* cs, T* wci_grad, T* wcf_grad,
-                   T* wco_grad) {
+// Peephole gradients of a chunk of `rows` dgates rows, added to acc[0..3H) (wci, wcf, wco):
+// Σ δi ⊙ cs_prev, Σ δf ⊙ cs_prev, Σ δo ⊙ cs; cs_prev_of(r) and cs_of(r) give dgates row r's
+// rows. `partial` is [3H] scratch.
+template <typename T, typename A, typename CsPrevRow, typename CsRow>
+void AddPeepholeGrads(const CPUDevice& d, const LstmAttrs& attrs, int64_t rows, int64_t cell,
+                      const A* dgates, CsPrevRow cs_prev_of, CsRow cs_of, A* partial, A* acc) {
   const GateBlocks blk = BlocksOf(attrs.layout);
   const int64_t g = 4 * cell;
-  ReduceRows<A>(d, rows, cell,
-                [&](int64_t r, int64_t j) { return dgates[r * g + blk.i * cell + j] * A(cs_prev_of(r)[j]); },
-                wci_grad);
-  ReduceRows<A>(d, rows, cell,
-                [&](int64_t r, int64_t j) { return dgates[r * g + blk.f * cell + j] * A(cs_prev_of(r)[j]); },
-                wcf_grad);
-  ReduceRows<A>(d, rows, cell,
-                [&](int64_t r, int64_t j) { return dgates[r * g + blk.o * cell + j] * A(cs[r * cell + j]); },
-                wco_grad);
+  ReduceRows<A>(d, rows, 3 * cell, [&](int64_t r, int64_t q) {
+    const int64_t which = q / cell, j = q - which * cell;
+    const int block = which == 0 ? blk.i : (which == 1 ? blk.f : blk.o);
+    const T* state = which == 2 ? cs_of(r) : cs_prev_of(r);
+    return dgates[r * g + block * cell + j] * A(state[j]);
+  }, partial);
+  for (int64_t q = 0; q < 3 * cell; ++q) acc[q] += partial[q];
+}
+
+// Steps per chunk of the time loops: their per-step scratch (the input projection forward,
+// dgates backward) is kept for one chunk of about kChunkRows batch rows, not the whole sequence,
+// so fwd+bwd needs no more memory than TensorFlow's per-step kernels, while the chunk's GEMMs
+// (x·Wx, dx, dW) still have hundreds of rows.
+int64_t StepsPerChunk(int64_t batch, int64_t steps) {
+  constexpr int64_t kChunkRows = 512;
+  return std::max<int64_t>(1, std::min(steps, kChunkRows / std::max<int64_t>(1, batch)));
 }
 
 }  // namespace
@@ -178,15 +185,15 @@ struct LstmForward<CPUDevice, T> {
     const A* w_x = w;          // rows [0, I) multiply x
     const A* w_h = w + I * G;  // rows [I, I+H) multiply h
 
-    // Input projection of every step at once.
+    // Input projection of a chunk of steps at once.
+    const int64_t chunk = StepsPerChunk(B, L);
     A *xw, *rec, *h_acc = nullptr;
-    TF_RETURN_IF_ERROR(AllocateScratch(ctx, L * B * G, &xw_holder, &xw));
+    TF_RETURN_IF_ERROR(AllocateScratch(ctx, chunk * B * G, &xw_holder, &xw));
     TF_RETURN_IF_ERROR(AllocateScratch(ctx, B * G, &rec_holder, &rec));
     if constexpr (!std::is_same_v<T, A>) {
       // The state the next step multiplies: the stored (rounded) h, kept in A for the GEMM.
       TF_RETURN_IF_ERROR(AllocateScratch(ctx, step, &h_holder, &h_acc));
     }
-    Gemm(d, false, false, L * B, G, I, x, w_x, false, xw);
 
     // The time loop: one phase per step; each unit slice multiplies the state by its own
     // columns of Wh (kept hot in one core's cache) and runs the fused element-wise pass of its
@@ -200,7 +207,11 @@ struct LstmForward<CPUDevice, T> {
     const CellParams<A> params = MakeCellParams<A, T>(attrs);
     const GateBlocks blk = BlocksOf(attrs.layout);
     WithFlags(params.use_peephole, params.clip_active, [&](auto peephole, auto clip) {
-      RunPhases(d, L, units, [&](int64_t t, int u) {
+      for (int64_t t0 = 0; t0 < L; t0 += chunk) {
+      const int64_t steps = std::min(chunk, L - t0);
+      Gemm(d, false, false, steps * B, G, I, x + t0 * B * I, w_x, false, xw);
+      RunPhases(d, steps, units, [&](int64_t s, int u) {
+        const int64_t t = t0 + s;
         const int64_t j0 = bounds[u], n = bounds[u + 1] - j0;
         const A* h_state = h_prev;
         if (t > 0) {
@@ -218,9 +229,10 @@ struct LstmForward<CPUDevice, T> {
         const LstmActivations<T*> out_t{at_t(out.i),  at_t(out.cs), at_t(out.f), at_t(out.o),
                                         at_t(out.ci), at_t(out.co), at_t(out.h)};
         ForwardUnits<T, A, MathFor<T>, decltype(peephole)::value, decltype(clip)::value>(
-            B, j0, j0 + n, H, blk, params.forget_bias, params.cell_clip, xw + t * B * G, rec_u,
+            B, j0, j0 + n, H, blk, params.forget_bias, params.cell_clip, xw + s * B * G, rec_u,
             bias, cs_prev, peep, out_t, h_acc);
       });
+      }
     });
     return absl::OkStatus();
   }
@@ -259,64 +271,94 @@ struct LstmBackward<CPUDevice, T> {
     const A* w_x = w;
     const A* w_h = w + I * G;
 
-    A *dgates, *dc, *dh;
-    TF_RETURN_IF_ERROR(AllocateScratch(ctx, L * B * G, &dg_holder, &dgates));
+    // x, h_prev and the h sequence in A (the buffers themselves for float and double).
+    Tensor x_holder, hp_holder, hs_holder;
+    const A *x, *h_prev, *h_seq;
+    TF_RETURN_IF_ERROR(AsAcc(ctx, in.x, L * B * I, &x_holder, &x));
+    TF_RETURN_IF_ERROR(AsAcc(ctx, in.h_prev, step, &hp_holder, &h_prev));
+    TF_RETURN_IF_ERROR(AsAcc(ctx, act.h, (L - 1) * step, &hs_holder, &h_seq));
+
+    // dgates of one chunk of steps; dW, db and the peephole sums accumulate over the chunks.
+    const int64_t chunk = StepsPerChunk(B, L);
+    Tensor dx_holder, dw_holder, sums_holder;
+    A *dgates, *dc, *dh, *dx, *dw, *sums;
+    TF_RETURN_IF_ERROR(AllocateScratch(ctx, chunk * B * G, &dg_holder, &dgates));
     TF_RETURN_IF_ERROR(AllocateScratch(ctx, step, &dc_holder, &dc));
     TF_RETURN_IF_ERROR(AllocateScratch(ctx, step, &dh_holder, &dh));
+    // db [G], the peephole sums [3H], and the partial sums of a chunk [G + 3H]
+    TF_RETURN_IF_ERROR(AllocateScratch(ctx, 2 * G + 6 * H, &sums_holder, &sums));
+    if constexpr (std::is_same_v<T, A>) {
+      dx = grads.x;
+      dw = grads.w;
+    } else {
+      TF_RETURN_IF_ERROR(AllocateScratch(ctx, chunk * B * I, &dx_holder, &dx));
+      TF_RETURN_IF_ERROR(AllocateScratch(ctx, (I + H) * G, &dw_holder, &dw));
+    }
+    A* db = sums;
+    A* peep_sums = sums + G;      // [3H]: wci, wcf, wco
+    A* partial = sums + G + 3 * H;
+    Fill(d, sums, G + 3 * H, A(0));
+    A* dw_h = dw + I * G;
 
     // Reverse sweep, one phase per step: each unit slice first completes its columns of
     // dh = dgates_{t+1}·Whᵀ (its rows of Wh), then the fused element-wise pass of its units,
-    // which reads only its own columns of dh and dc. Nothing is carried into the last step.
+    // which reads only its own columns of dh and dc. Nothing is carried into the last step;
+    // between chunks dh is completed by one GEMM. After each chunk its whole-chunk products:
+    // dx = dgates·Wxᵀ, dWx += xᵀ·dgates, dWh += h_{t-1}ᵀ·dgates, db += Σ dgates.
     Fill(d, dc, step, A(0));
     Fill(d, dh, step, A(0));
     const std::vector<int64_t> bounds = UnitSlices(H, d.numThreads());
     const int units = static_cast<int>(bounds.size()) - 1;
     const bool direct = out_grads.i != nullptr;
-    RunPhases(d, L, units, [&](int64_t phase, int u) {
-      const int64_t t = L - 1 - phase, j0 = bounds[u], j1 = bounds[u + 1];
-      if (t < L - 1) {
-        gemm::Block(false, true, B, j1 - j0, G, dgates + (t + 1) * B * G, G, w_h + j0 * G, G,
-                    false, dh + j0, H);
+    for (int64_t t1 = L; t1 > 0;) {
+      const int64_t t0 = std::max<int64_t>(0, t1 - chunk), steps = t1 - t0, rows = steps * B;
+      const bool first = t1 == L;  // the first chunk of the sweep writes dW instead of adding
+      RunPhases(d, steps, units, [&](int64_t phase, int u) {
+        const int64_t t = t1 - 1 - phase, j0 = bounds[u], j1 = bounds[u + 1];
+        if (phase > 0) {
+          gemm::Block(false, true, B, j1 - j0, G, dgates + (t + 1 - t0) * B * G, G, w_h + j0 * G,
+                      G, false, dh + j0, H);
+        }
+        const T* cs_prev = t == 0 ? in.cs_prev : act.cs + (t - 1) * step;
+        BackwardUnitsFor<T, A>(attrs, direct, 0, B, j0, j1, H, peep, AtStep(act, t, step),
+                               cs_prev, AtStep(out_grads, t, step), dc, dh,
+                               dgates + (t - t0) * B * G, dc);
+      });
+      Gemm(d, false, true, B, H, G, dgates, w_h, false, dh);  // carried into step t0 - 1
+
+      Gemm(d, false, true, rows, I, G, dgates, w_x, false, std::is_same_v<T, A> ? dx + t0 * B * I : dx);
+      if constexpr (!std::is_same_v<T, A>) Convert(d, dx, grads.x + t0 * B * I, rows * I);
+      Gemm(d, true, false, I, G, rows, x + t0 * B * I, dgates, !first, dw);
+      // The states the chunk's steps started from: h_{t0-1}.. (contiguous), or for the chunk
+      // that starts at step 0, h_prev and then h_0..
+      if (t0 > 0) {
+        Gemm(d, true, false, H, G, rows, h_seq + (t0 - 1) * step, dgates, !first, dw_h);
+      } else {
+        Gemm(d, true, false, H, G, B, h_prev, dgates, !first, dw_h);
+        Gemm(d, true, false, H, G, rows - B, h_seq, dgates + B * G, true, dw_h);
       }
-      const T* cs_prev = t == 0 ? in.cs_prev : act.cs + (t - 1) * step;
-      BackwardUnitsFor<T, A>(attrs, direct, 0, B, j0, j1, H, peep, AtStep(act, t, step), cs_prev,
-                             AtStep(out_grads, t, step), dc, dh, dgates + t * B * G, dc);
-    });
-    Gemm(d, false, true, B, H, G, dgates, w_h, false, dh);  // dL/dh_prev
+      ReduceRows<A>(d, rows, G, [&](int64_t r, int64_t j) { return dgates[r * G + j]; }, partial);
+      for (int64_t j = 0; j < G; ++j) db[j] += partial[j];
+      if (attrs.use_peephole) {
+        // dgates row r is step t0 + r / B, whose cs_prev is (t == 0 ? cs_prev : cs[t-1]).
+        auto cs_prev_of = [&](int64_t r) {
+          const int64_t k = t0 * B + r;
+          return k < B ? in.cs_prev + k * H : act.cs + (k - B) * H;
+        };
+        auto cs_of = [&](int64_t r) { return act.cs + (t0 * B + r) * H; };
+        AddPeepholeGrads<T, A>(d, attrs, rows, H, dgates, cs_prev_of, cs_of, partial + G,
+                               peep_sums);
+      }
+      t1 = t0;
+    }
     Convert(d, dc, grads.cs_prev, step);
     Convert(d, dh, grads.h_prev, step);
-
-    // Whole-sequence products: dx = dgates·Wxᵀ, dWx = xᵀ·dgates, dWh = h_{t-1}ᵀ·dgates, db = Σ.
-    Tensor x_holder, hp_holder, hs_holder, dx_holder, dw_holder;
-    const A *x, *h_prev, *h_seq;
-    TF_RETURN_IF_ERROR(AsAcc(ctx, in.x, L * B * I, &x_holder, &x));
-    TF_RETURN_IF_ERROR(AsAcc(ctx, in.h_prev, step, &hp_holder, &h_prev));
-    TF_RETURN_IF_ERROR(AsAcc(ctx, act.h, (L - 1) * step, &hs_holder, &h_seq));
-    A *dx, *dw;
-    if constexpr (std::is_same_v<T, A>) {
-      dx = grads.x;
-      dw = grads.w;
-    } else {
-      TF_RETURN_IF_ERROR(AllocateScratch(ctx, L * B * I, &dx_holder, &dx));
-      TF_RETURN_IF_ERROR(AllocateScratch(ctx, (I + H) * G, &dw_holder, &dw));
-    }
-    Gemm(d, false, true, L * B, I, G, dgates, w_x, false, dx);
-    Gemm(d, true, false, I, G, L * B, x, dgates, false, dw);
-    A* dw_h = dw + I * G;
-    Gemm(d, true, false, H, G, B, h_prev, dgates, false, dw_h);
-    Gemm(d, true, false, H, G, (L - 1) * B, h_seq, dgates + B * G, true, dw_h);
-    if constexpr (!std::is_same_v<T, A>) {
-      Convert(d, dx, grads.x, L * B * I);
-      Convert(d, dw, grads.w, (I + H) * G);
-    }
-    ReduceRows<A>(d, L * B, G, [&](int64_t r, int64_t j) { return dgates[r * G + j]; }, grads.b);
+    if constexpr (!std::is_same_v<T, A>) Convert(d, dw, grads.w, (I + H) * G);
+    Convert(d, db, grads.b, G);
     if (attrs.use_peephole) {
-      // dgates row r = t·B + b pairs with cs_prev row (t == 0 ? cs_prev : cs[t-1]).
-      auto cs_prev_of = [&](int64_t r) {
-        return r < B ? in.cs_prev + r * H : act.cs + (r - B) * H;
-      };
-      PeepholeGrads<T, A>(d, attrs, L * B, H, dgates, cs_prev_of, act.cs, grads.wci, grads.wcf,
-                          grads.wco);
+      Convert(d, peep_sums, grads.wci, H);
+      Convert(d, peep_sums + H, grads.wcf, H);
+      Convert(d, peep_sums + 2 * H, grads.wco, H);
     }
     return absl::OkStatus();
   }
@@ -354,9 +396,16 @@ struct LstmCellBackward<CPUDevice, T> {
     Convert(d, dgates, dgates_out, 4 * step);
     Convert(d, dc, cs_prev_grad, step);
     if (attrs.use_peephole) {
+      Tensor sums_holder;
+      A* sums;  // [3H] sums, [3H] partial
+      TF_RETURN_IF_ERROR(AllocateScratch(ctx, 6 * H, &sums_holder, &sums));
+      Fill(d, sums, 3 * H, A(0));
       auto cs_prev_of = [&](int64_t r) { return in.cs_prev + r * H; };
-      PeepholeGrads<T, A>(d, attrs, B, H, dgates, cs_prev_of, act.cs, wci_grad, wcf_grad,
-                          wco_grad);
+      auto cs_of = [&](int64_t r) { return act.cs + r * H; };
+      AddPeepholeGrads<T, A>(d, attrs, B, H, dgates, cs_prev_of, cs_of, sums + 3 * H, sums);
+      Convert(d, sums, wci_grad, H);
+      Convert(d, sums + H, wcf_grad, H);
+      Convert(d, sums + 2 * H, wco_grad, H);
     }
     return absl::OkStatus();
   }
