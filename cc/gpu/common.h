@@ -33,6 +33,7 @@
 #include <type_traits>
 
 #include "cc/kernels/host_device.h"
+#include "cc/kernels/lstm_cell.h"
 
 namespace tf_lstm_ops {
 namespace gpu {
@@ -41,15 +42,7 @@ namespace gpu {
 // Eigen::bfloat16 have the same bits). Acc is what the engines compute in: float for the
 // 16-bit types and float, double for double (as on the CPU).
 template <typename T>
-struct AccOf {
-  using type = float;
-};
-template <>
-struct AccOf<double> {
-  using type = double;
-};
-template <typename T>
-using Acc = typename AccOf<T>::type;
+using Acc = AccFor<T>;  // cc/kernels/lstm_cell.h
 
 // Conversions that work on host and device for every storage type.
 template <typename To, typename From>

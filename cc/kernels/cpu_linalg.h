@@ -29,16 +29,6 @@ using CPUDevice = Eigen::ThreadPoolDevice;
 using tensorflow::OpKernelContext;
 using tensorflow::Tensor;
 
-// Compute type: float for half/bfloat16/float, double for double.
-template <typename T>
-struct AccTypeOf {
-  using type = float;
-};
-template <>
-struct AccTypeOf<double> {
-  using type = double;
-};
-
 template <typename A>
 inline absl::Status AllocateScratch(OpKernelContext* ctx, int64_t n, Tensor* holder, A** out) {
   TF_RETURN_IF_ERROR(ctx->allocate_temp(tensorflow::DataTypeToEnum<A>::value,

@@ -686,7 +686,7 @@ struct CudnnRnnForward<CPUDevice, T> {
                           const RnnDropout& dropout, const T* input, const T* input_h,
                           const T* input_c, const T* params, T* output, T* output_h,
                           T* output_c, uint8_t* workspace) {
-    return Forward<T, typename AccTypeOf<T>::type>(ctx, m, run, dropout, input, input_h, input_c,
+    return Forward<T, AccFor<T>>(ctx, m, run, dropout, input, input_h, input_c,
                                                    params, output, output_h, output_c, workspace);
   }
 };
@@ -698,7 +698,7 @@ struct CudnnRnnBackward<CPUDevice, T> {
                           const T* output_backprop, const T* output_h_backprop,
                           const T* output_c_backprop, const uint8_t* reserve, T* input_backprop,
                           T* input_h_backprop, T* input_c_backprop, T* params_backprop) {
-    return Backward<T, typename AccTypeOf<T>::type>(
+    return Backward<T, AccFor<T>>(
         ctx, m, run, input, input_h, input_c, params, output_backprop, output_h_backprop,
         output_c_backprop, reserve, input_backprop, input_h_backprop, input_c_backprop,
         params_backprop);

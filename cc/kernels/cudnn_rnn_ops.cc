@@ -18,6 +18,7 @@
 #include "cc/kernels/cudnn_rnn_functor.h"
 #include "cc/kernels/cudnn_rnn_layout.h"
 #include "cc/kernels/device.h"
+#include "cc/kernels/lstm_cell.h"  // AccFor
 #include "cc/kernels/lstm_validation.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/register_types.h"
@@ -192,9 +193,6 @@ TensorShape OutputShape(const RnnModel& m, const RnnRun& run) {
 // Reserve space elements of T holding `bytes`.
 int64_t ReserveElements(int64_t bytes, int64_t elem) { return (bytes + elem - 1) / elem; }
 
-template <typename T>
-using AccOf = std::conditional_t<std::is_same_v<T, double>, double, float>;
-
 // What the forward and backprop kernels do differently per device.
 template <typename Device, typename T>
 struct RnnDeviceSteps;
@@ -301,7 +299,7 @@ class CudnnRNNForwardOp : public OpKernel {
       OP_REQUIRES_OK(ctx, DeviceMemory<Device>::template SetZero<T>(ctx, output_c));
     }
 
-    using Acc = AccOf<T>;
+    using Acc = AccFor<T>;
     const RnnDropout dropout{attrs_.is_training ? attrs_.dropout : 0.0f, attrs_.seed,
                              call_.fetch_add(1)};
     const int64_t bytes = RnnWorkspaceBytes(m, run, dropout.active(m), sizeof(Acc));
@@ -389,7 +387,7 @@ class CudnnRNNBackpropOp : public OpKernel {
     const Tensor& reserve = *in[10];
     const RnnDropout dropout{attrs_.dropout, attrs_.seed, 0};
     const RnnReserveHeader expected =
-        MakeReserveHeader(m, run, dropout, sizeof(T), sizeof(AccOf<T>));
+        MakeReserveHeader(m, run, dropout, sizeof(T), sizeof(AccFor<T>));
     OP_REQUIRES(
         ctx, (RnnDeviceSteps<Device, T>::ReserveMatches(reserve, expected)),
         absl::InvalidArgumentError(absl::StrCat(

@@ -52,6 +52,12 @@ struct FastMath {
   TF_LSTM_HOST_DEVICE static float Sigmoid(float x) { return 0.5f + 0.5f * Tanh(0.5f * x); }
 };
 
+// The compute type of a storage type: float for half, bfloat16 and float (16-bit values are
+// widened once, computed in float, rounded once), double for double. One definition for the CPU
+// kernels, the OpKernels (reserve-space sizes) and the GPU engines.
+template <typename Storage>
+using AccFor = std::conditional_t<std::is_same_v<Storage, double>, double, float>;
+
 // ExactMath for double, FastMath for every storage type computed in float.
 template <typename Storage>
 using MathFor = std::conditional_t<std::is_same_v<Storage, double>, ExactMath, FastMath>;

@@ -163,7 +163,7 @@ template <typename T>
 struct LstmForward<CPUDevice, T> {
   absl::Status operator()(OpKernelContext* ctx, const LstmDims& dims, const LstmAttrs& attrs,
                     int64_t seq_len_max, const LstmInputs<T>& in, const LstmActivations<T*>& out) {
-    using A = typename AccTypeOf<T>::type;
+    using A = AccFor<T>;
     const CPUDevice& d = ctx->eigen_device<CPUDevice>();
     const int64_t B = dims.batch, I = dims.input, H = dims.cell, G = 4 * H, L = seq_len_max;
     const int64_t step = B * H;
@@ -244,7 +244,7 @@ struct LstmBackward<CPUDevice, T> {
                     int64_t seq_len_max, const LstmInputs<T>& in,
                     const LstmActivations<const T*>& act,
                     const LstmActivations<const T*>& out_grads, const LstmInputGrads<T>& grads) {
-    using A = typename AccTypeOf<T>::type;
+    using A = AccFor<T>;
     const CPUDevice& d = ctx->eigen_device<CPUDevice>();
     const int64_t B = dims.batch, I = dims.input, H = dims.cell, G = 4 * H, L = seq_len_max;
     const int64_t step = B * H;
@@ -370,7 +370,7 @@ struct LstmCellBackward<CPUDevice, T> {
                     const LstmInputs<T>& in, const LstmActivations<const T*>& act,
                     const LstmActivations<const T*>& out_grads, T* cs_prev_grad, T* dgates_out,
                     T* wci_grad, T* wcf_grad, T* wco_grad) {
-    using A = typename AccTypeOf<T>::type;
+    using A = AccFor<T>;
     const CPUDevice& d = ctx->eigen_device<CPUDevice>();
     const int64_t B = dims.batch, H = dims.cell, step = B * H;
     if (step == 0) {
