@@ -207,15 +207,14 @@ class BlockLSTMGradOp : public OpKernel {
                                             {T_, B, H}));
     }
     LstmInputGrads<T> grads;
-    const bool zero_peephole = !attrs_.use_peephole;
     OP_REQUIRES_OK(ctx, AllocateLike<Device>(ctx, "x_grad", *in.x, false, &grads.x));
     OP_REQUIRES_OK(ctx,
                    AllocateLike<Device>(ctx, "cs_prev_grad", *in.cs_prev, false, &grads.cs_prev));
     OP_REQUIRES_OK(ctx, AllocateLike<Device>(ctx, "h_prev_grad", *in.h_prev, false, &grads.h_prev));
     OP_REQUIRES_OK(ctx, AllocateLike<Device>(ctx, "w_grad", *in.w, false, &grads.w));
-    OP_REQUIRES_OK(ctx, AllocateLike<Device>(ctx, "wci_grad", *in.wci, zero_peephole, &grads.wci));
-    OP_REQUIRES_OK(ctx, AllocateLike<Device>(ctx, "wcf_grad", *in.wcf, zero_peephole, &grads.wcf));
-    OP_REQUIRES_OK(ctx, AllocateLike<Device>(ctx, "wco_grad", *in.wco, zero_peephole, &grads.wco));
+    OP_REQUIRES_OK(ctx, AllocateLike<Device>(ctx, "wci_grad", *in.wci, false, &grads.wci));
+    OP_REQUIRES_OK(ctx, AllocateLike<Device>(ctx, "wcf_grad", *in.wcf, false, &grads.wcf));
+    OP_REQUIRES_OK(ctx, AllocateLike<Device>(ctx, "wco_grad", *in.wco, false, &grads.wco));
     OP_REQUIRES_OK(ctx, AllocateLike<Device>(ctx, "b_grad", *in.b, false, &grads.b));
     OP_REQUIRES_OK(ctx, LstmBackward<Device, T>()(ctx, dims, attrs_, seq_len_max,
                                                   in.Pointers<T>(), ActivationInputs<T>(ctx, true),

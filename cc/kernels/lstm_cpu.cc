@@ -200,10 +200,15 @@ struct LstmForward<CPUDevice, T> {
     // units. A step's units need the whole previous h, hence the phase order.
     const std::vector<int64_t> bounds = UnitSlices(H, d.numThreads());
     const int units = static_cast<int>(bounds.size()) - 1;
+    // Slice u's columns of Wh as a contiguous [H, 4·n] block at H·4·j0; one slice is Wh itself.
     Tensor wg_holder;
-    A* w_grouped;  // slice u: its columns of Wh, a contiguous [H, 4·n] block at H·4·j0
-    TF_RETURN_IF_ERROR(AllocateScratch(ctx, H * G, &wg_holder, &w_grouped));
-    GroupBySlice(d, bounds, H, 4, H, w_h, G, 1, false, w_grouped);
+    const A* w_grouped = w_h;
+    if (units > 1) {
+      A* grouped;
+      TF_RETURN_IF_ERROR(AllocateScratch(ctx, H * G, &wg_holder, &grouped));
+      GroupBySlice(d, bounds, H, 4, H, w_h, G, 1, false, grouped);
+      w_grouped = grouped;
+    }
     const CellParams<A> params = MakeCellParams<A, T>(attrs);
     const GateBlocks blk = BlocksOf(attrs.layout);
     WithFlags(params.use_peephole, params.clip_active, [&](auto peephole, auto clip) {
@@ -251,15 +256,16 @@ struct LstmBackward<CPUDevice, T> {
 
     // Steps at or past seq_len_max do not influence the outputs: their x_grad is zero.
     Fill(d, grads.x + L * B * I, (dims.time - L) * B * I, T(0));
-    if (L == 0 || step == 0) {
+    const bool nothing_ran = L == 0 || step == 0;
+    if (nothing_ran || !attrs.use_peephole) {  // no peepholes, or no steps: zero gradients
+      for (T* p : {grads.wci, grads.wcf, grads.wco}) Fill(d, p, H, T(0));
+    }
+    if (nothing_ran) {
       // Nothing ran (or nothing has size): every remaining gradient is zero.
       Fill(d, grads.x, L * B * I, T(0));
       for (T* p : {grads.cs_prev, grads.h_prev}) Fill(d, p, step, T(0));
       Fill(d, grads.w, (I + H) * G, T(0));
       Fill(d, grads.b, G, T(0));
-      if (attrs.use_peephole) {
-        for (T* p : {grads.wci, grads.wcf, grads.wco}) Fill(d, p, H, T(0));
-      }
       return absl::OkStatus();
     }
 

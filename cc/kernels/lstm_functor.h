@@ -19,8 +19,8 @@ struct LstmForward {
 
 // BlockLSTMGrad / BlockLSTMGradV2: backpropagation through seq_len_max steps. `out_grads` holds
 // the gradients w.r.t. the seven outputs; its i, f, o, ci, co may be nullptr (zero: the TF ops
-// have no such inputs). Peephole gradients are written only with use_peephole (the kernel
-// zero-fills them otherwise).
+// have no such inputs). Writes every gradient: the peephole ones are zero without use_peephole
+// (as the GPU launcher does, so the kernel does not zero-fill them a second time).
 template <typename Device, typename T>
 struct LstmBackward {
   absl::Status operator()(tensorflow::OpKernelContext* ctx, const LstmDims& dims,
