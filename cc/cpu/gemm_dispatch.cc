@@ -1,6 +1,10 @@
 // Picks the fastest GEMM build this CPU supports, once.
 #include "cc/cpu/gemm.h"
 
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
 namespace tf_lstm_ops {
 namespace gemm {
 
@@ -9,6 +13,9 @@ namespace gemm {
   template <typename A>                                                                          \
   void Block(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const A* a,            \
              int64_t lda, const A* b, int64_t ldb, bool accumulate, A* c, int64_t ldc);          \
+  template <typename A>                                                                          \
+  void PackedBlock(int64_t m, int64_t n, int64_t k, const A* a, int64_t lda, const A* packed,    \
+                   bool accumulate, A* c, int64_t ldc);                                          \
   }
 #if defined(__x86_64__)
 TF_LSTM_DECLARE_ISA(avx512)
@@ -25,12 +32,19 @@ enum class Isa { kAvx512, kAvx2, kAvx, kGeneric };
 
 Isa Detect() {
 #if defined(__x86_64__)
+  // TF_LSTM_OPS_CPU_ISA=avx2|avx caps the choice, so that the tests run every build's code on
+  // one machine (it never raises it above what the CPU has).
+  const char* cap_env = std::getenv("TF_LSTM_OPS_CPU_ISA");
+  const std::string cap = cap_env == nullptr ? "" : cap_env;
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")) {
+  if (cap != "avx2" && cap != "avx" && __builtin_cpu_supports("avx512f") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl")) {
     return Isa::kAvx512;
   }
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
+  if (cap != "avx" && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    return Isa::kAvx2;
+  }
   return Isa::kAvx;
 #else
   return Isa::kGeneric;
@@ -61,6 +75,57 @@ void Block(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const A*
 #endif
 }
 
+template <typename A>
+void PackedBlock(int64_t m, int64_t n, int64_t k, const A* a, int64_t lda, const A* packed,
+                 bool accumulate, A* c, int64_t ldc) {
+#if defined(__x86_64__)
+  switch (Selected()) {
+    case Isa::kAvx512:
+      return avx512::PackedBlock(m, n, k, a, lda, packed, accumulate, c, ldc);
+    case Isa::kAvx2:
+      return avx2::PackedBlock(m, n, k, a, lda, packed, accumulate, c, ldc);
+    default:
+      return avx::PackedBlock(m, n, k, a, lda, packed, accumulate, c, ldc);
+  }
+#else
+  generic::PackedBlock(m, n, k, a, lda, packed, accumulate, c, ldc);
+#endif
+}
+
+template <typename A>
+void PackPanels(bool trans_b, int64_t k, int64_t n, const A* b, int64_t ldb, A* packed) {
+  for (int64_t c0 = 0; c0 < n; c0 += kPanelWidth) {
+    A* panel = packed + c0 * k;
+    const int64_t cols = std::min<int64_t>(kPanelWidth, n - c0);
+    if (!trans_b) {  // panel rows are pieces of B's rows
+      for (int64_t p = 0; p < k; ++p) {
+        A* row = panel + p * kPanelWidth;
+        std::copy_n(b + p * ldb + c0, cols, row);
+        std::fill(row + cols, row + kPanelWidth, A(0));
+      }
+      continue;
+    }
+    // B's columns are contiguous: transpose kPanelWidth x kPanelWidth tiles through L1.
+    for (int64_t p0 = 0; p0 < k; p0 += kPanelWidth) {
+      const int64_t ps = std::min<int64_t>(kPanelWidth, k - p0);
+      A tile[kPanelWidth][kPanelWidth] = {};  // [column][p]
+      for (int64_t j = 0; j < cols; ++j) std::copy_n(b + (c0 + j) * ldb + p0, ps, tile[j]);
+      for (int64_t p = 0; p < ps; ++p) {
+        A* row = panel + (p0 + p) * kPanelWidth;
+        for (int j = 0; j < kPanelWidth; ++j) row[j] = tile[j][p];
+      }
+    }
+  }
+}
+
+#define TF_LSTM_INSTANTIATE_PACKED(A)                                                         \
+  template void PackedBlock<A>(int64_t, int64_t, int64_t, const A*, int64_t, const A*, bool, A*, \
+                               int64_t);                                                       \
+  template void PackPanels<A>(bool, int64_t, int64_t, const A*, int64_t, A*);
+TF_LSTM_INSTANTIATE_PACKED(float)
+TF_LSTM_INSTANTIATE_PACKED(double)
+#undef TF_LSTM_INSTANTIATE_PACKED
+
 template void Block<float>(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t,
                            const float*, int64_t, bool, float*, int64_t);
 template void Block<double>(bool, bool, int64_t, int64_t, int64_t, const double*, int64_t,
@@ -81,3 +146,8 @@ const char* IsaName() {
 
 }  // namespace gemm
 }  // namespace tf_lstm_ops
+
+// For tests and the benchmark (through ctypes): which build of the blocks runs here.
+extern "C" __attribute__((visibility("default"))) const char* tf_lstm_ops_cpu_isa() {
+  return tf_lstm_ops::gemm::IsaName();
+}

@@ -13,6 +13,7 @@
 #include <memory>
 #include <thread>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "cc/cpu/gemm.h"
@@ -164,65 +165,52 @@ inline std::vector<int64_t> UnitSlices(int64_t width, int64_t max_slices) {
   return bounds;
 }
 
-// dst[a·ld_dst + b] = src[a·sa + b·sb] for a < na, b < nb: row copies when sb == 1, else through
-// 32x32 tiles kept in L1 (a transpose when sa == 1).
-template <typename A>
-void CopyStrided(int64_t na, int64_t nb, const A* src, int64_t sa, int64_t sb, A* dst,
-                 int64_t ld_dst) {
-  if (sb == 1) {
-    for (int64_t a = 0; a < na; ++a) std::copy_n(src + a * sa, nb, dst + a * ld_dst);
-    return;
+// A time loop's recurrent weights packed once per unit slice for gemm::PackedBlock, so that a
+// slice's per-step product streams one pre-packed operand (Eigen would repack the weights on
+// every step). The source matrix is [rows, gates·width] with element (k, g·width + j) at
+// src[k·row_stride + (g·width + j)·col_stride]; one of the strides is 1. Slice u (units
+// [j0, j0 + n) of `bounds`) gets the operand [rows, gates·gate_cols(u)]: for each gate in order,
+// its n columns, zero-padded to gate_cols(u) = gemm::PaddedCols(n) (so a product's output row
+// has the same padded gate blocks).
+class SlicePacking {
+ public:
+  SlicePacking(std::vector<int64_t> bounds, int64_t rows, int gates)
+      : bounds_(std::move(bounds)), rows_(rows), gates_(gates), col0_(bounds_.size(), 0) {
+    for (size_t u = 0; u + 1 < bounds_.size(); ++u) col0_[u + 1] = col0_[u] + gates * gate_cols(u);
   }
-  constexpr int64_t kTile = 32;  // (16 is slower: power-of-two strides thrash L1 sets)
-  A tile[kTile][kTile];
-  for (int64_t a0 = 0; a0 < na; a0 += kTile) {
-    const int64_t a1 = std::min(na, a0 + kTile);
-    for (int64_t b0 = 0; b0 < nb; b0 += kTile) {
-      const int64_t b1 = std::min(nb, b0 + kTile);
-      for (int64_t b = b0; b < b1; ++b) {
-        for (int64_t a = a0; a < a1; ++a) tile[a - a0][b - b0] = src[a * sa + b * sb];
-      }
-      for (int64_t a = a0; a < a1; ++a) std::copy_n(tile[a - a0], b1 - b0, dst + a * ld_dst + b0);
-    }
-  }
-}
+  const std::vector<int64_t>& bounds() const { return bounds_; }
+  int slices() const { return static_cast<int>(bounds_.size()) - 1; }
+  int64_t gate_cols(size_t u) const { return gemm::PaddedCols(bounds_[u + 1] - bounds_[u]); }
+  // Slice u's first column in the row of all slices' padded outputs, and that row's width.
+  int64_t col0(size_t u) const { return col0_[u]; }
+  int64_t total_cols() const { return col0_.back(); }
+  int64_t size() const { return rows_ * total_cols(); }  // of the packed operands, all slices
+  template <typename A>
+  const A* slice(const A* packed, size_t u) const { return packed + rows_ * col0_[u]; }
 
-// A weight matrix's columns regrouped per unit slice, so that a slice's recurrent GEMM reads one
-// contiguous block. The matrix is [rows, gates·width] with element (k, g·width + j) at
-// src[k·row_stride + (g·width + j)·col_stride] (so a matrix stored transposed has row_stride 1).
-// Slice u (units [j0, j0 + n) of `bounds`) gets the block at grouped + rows·gates·j0 holding,
-// for each gate in order, its n columns of that gate: row-major [rows, gates·n], or its
-// transpose [gates·n, rows] when `transpose`.
-template <typename A>
-void GroupBySlice(const CPUDevice& d, const std::vector<int64_t>& bounds, int64_t rows, int gates,
-                  int64_t width, const A* src, int64_t row_stride, int64_t col_stride,
-                  bool transpose, A* grouped) {
-  // Tasks: (slice, gate, chunk of kChunk output rows of that gate's part of the block).
-  constexpr int64_t kChunk = 64;
-  const int64_t slices = static_cast<int64_t>(bounds.size()) - 1;
-  const int64_t chunks = ((transpose ? width : rows) + kChunk - 1) / kChunk;
-  const int64_t per_task = kChunk * std::max<int64_t>(1, transpose ? rows : width / slices);
-  ParallelFor(d, slices * gates * chunks, per_task * 2.0 * sizeof(A), per_task * 2.0,
-              [&](int64_t begin, int64_t end) {
-                for (int64_t task = begin; task < end; ++task) {
-                  const int64_t u = task / (gates * chunks), g = task / chunks % gates;
-                  const int64_t j0 = bounds[u], n = bounds[u + 1] - j0;
-                  const int64_t a0 = task % chunks * kChunk;
-                  const A* gate_src = src + (g * width + j0) * col_stride;
-                  A* block = grouped + rows * gates * j0;
-                  if (transpose) {  // output rows: this gate's n columns
-                    if (a0 >= n) continue;
-                    CopyStrided(std::min(n, a0 + kChunk) - a0, rows, gate_src + a0 * col_stride,
-                                col_stride, row_stride, block + (g * n + a0) * rows, rows);
-                  } else {  // output rows: the matrix rows
-                    if (a0 >= rows) continue;
-                    CopyStrided(std::min(rows, a0 + kChunk) - a0, n, gate_src + a0 * row_stride,
-                                row_stride, col_stride, block + a0 * gates * n + g * n,
-                                gates * n);
-                  }
-                }
-              });
-}
+  template <typename A>
+  void Pack(const CPUDevice& d, int64_t width, const A* src, int64_t row_stride,
+            int64_t col_stride, A* packed) const {
+    const bool trans = col_stride != 1;  // then row_stride == 1: columns are contiguous
+    const int64_t ld = trans ? col_stride : row_stride;
+    const int64_t tasks = slices() * int64_t{gates_};
+    ParallelFor(d, tasks, rows_ * 16.0 * sizeof(A), rows_ * 16.0, [&](int64_t begin, int64_t end) {
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t u = task / gates_, g = task % gates_;
+        const int64_t j0 = bounds_[u], n = bounds_[u + 1] - j0;
+        if (n == 0) continue;
+        gemm::PackPanels(trans, rows_, n, src + (g * width + j0) * (trans ? ld : 1), ld,
+                         packed + rows_ * (col0_[u] + g * gate_cols(u)));
+      }
+    });
+  }
+
+ private:
+  std::vector<int64_t> bounds_;
+  int64_t rows_;
+  int gates_;
+  std::vector<int64_t> col0_;
+};
 
 // Runs fn(phase, unit) for every unit in [0, units) of every phase in [0, phases), in phase
 // order: all units of phase p finish before any unit of phase p + 1 starts, and what a unit

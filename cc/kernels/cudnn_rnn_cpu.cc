@@ -115,56 +115,58 @@ void InputProjection(const CPUDevice& d, const PseudoLayer<A>& pl, int64_t rows,
 // projection Hr == H, the two coincide and a step is one phase; with one it is two phases, since
 // h = Pmat·m needs all of m, and m needs all of the previous h.
 struct TeamPlan {
-  std::vector<int64_t> cell, out;  // slice bounds over H and over Hr
-  int slices;                      // team units per direction
-  int phases_per_step;             // 1, or 2 with a projection
-  bool fwd_r_trans;                // forward R blocks are [G·n, Hr] (else [Hr, G·n]): see below
+  // R (stored [G·H, Hr]) packed per slice for gemm::PackedBlock: per cell slice for the forward
+  // product h·Rᵀ (its G·n rows of R, as Rᵀ columns), per output slice for the backward product
+  // dgh·R (its n columns of R).
+  SlicePacking fwd, bwd;
+  const std::vector<int64_t>& cell;  // slice bounds over H
+  const std::vector<int64_t>& out;   // slice bounds over Hr
+  int slices;                        // team units per direction
+  int phases_per_step;               // 1, or 2 with a projection
 
-  TeamPlan(const CPUDevice& d, const RnnModel& m, int64_t batch) {
-    const int64_t share =
-        std::max<int64_t>(1, (d.numThreads() + m.num_dirs - 1) / m.num_dirs);
-    cell = UnitSlices(m.num_units, share);
-    out = m.has_proj() ? UnitSlices(m.num_proj, share) : cell;
-    slices = static_cast<int>(std::max(cell.size(), out.size())) - 1;
-    phases_per_step = m.has_proj() ? 2 : 1;
-    // gemm::Block on a single row (a GEMV) is faster with the weights stored [n, k] (dot
-    // products along contiguous rows); from two rows on, with them stored [k, n].
-    fwd_r_trans = batch == 1;
-  }
+  TeamPlan(const CPUDevice& d, const RnnModel& m)
+      : fwd(UnitSlices(m.num_units, Share(d, m)), m.output_width(), m.gates()),
+        bwd(m.has_proj() ? UnitSlices(m.num_proj, Share(d, m)) : fwd.bounds(), m.gate_width(), 1),
+        cell(fwd.bounds()),
+        out(bwd.bounds()),
+        slices(std::max(fwd.slices(), bwd.slices())),
+        phases_per_step(m.has_proj() ? 2 : 1) {}
+  TeamPlan(const TeamPlan&) = delete;  // cell and out refer to this object's own members
   int units(const RnnModel& m) const { return static_cast<int>(m.num_dirs) * slices; }
-  // R (stored [G·H, Hr]) regrouped per cell slice for the forward product h·Rᵀ: slice u's block
-  // at Hr·G·j0 holds its G·n rows of R, as [Hr, G·n] (or [G·n, Hr] when fwd_r_trans).
   template <typename A>
-  void GroupForward(const CPUDevice& d, const RnnModel& m, const A* r, A* grouped) const {
-    GroupBySlice(d, cell, m.output_width(), m.gates(), m.num_units, r, 1, m.output_width(),
-                 fwd_r_trans, grouped);
+  void PackForward(const CPUDevice& d, const RnnModel& m, const A* r, A* packed) const {
+    fwd.Pack(d, m.num_units, r, 1, m.output_width(), packed);
   }
-  // R's columns per output slice for the backward product dgh·R: slice u's block at G·H·k0 is
-  // [G·H, n].
   template <typename A>
-  void GroupBackward(const CPUDevice& d, const RnnModel& m, const A* r, A* grouped) const {
-    GroupBySlice(d, out, m.gate_width(), 1, m.output_width(), r, m.output_width(), 1, false,
-                 grouped);
+  void PackBackward(const CPUDevice& d, const RnnModel& m, const A* r, A* packed) const {
+    bwd.Pack(d, m.output_width(), r, m.output_width(), 1, packed);
+  }
+
+ private:
+  static int64_t Share(const CPUDevice& d, const RnnModel& m) {
+    return std::max<int64_t>(1, (d.numThreads() + m.num_dirs - 1) / m.num_dirs);
   }
 };
 
-// Forward work of cell slice [j0, j1) at step `step`: its block of the recurrent GEMM,
-// rec_u = h_prev·R_uᵀ ([B, G·n], gates in order), then the element-wise pass of its units,
-// which writes c, the saved gates and m (into m_buf with a projection, else h itself).
+// Forward work of cell slice u (units [j0, j1)) at step `step`: its block of the recurrent GEMM,
+// rec_u = h_prev·R_uᵀ ([B, G·gn], gates in order, each padded to gn columns), then the
+// element-wise pass of its units, which writes c, the saved gates and m (into m_buf with a
+// projection, else h itself).
 template <typename A, typename Math>
 void ForwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vector<int64_t>& len,
-                  int64_t step, int64_t j0, int64_t j1, const A* r_block, bool r_trans,
+                  int64_t step, const SlicePacking& packing, int u, const A* r_packed,
                   const A* xw, A* rec, A* m_buf) {
   const RnnModel& m = pl.m;
   const int64_t T = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
-  const int64_t G = m.gate_width(), n = j1 - j0, gn = m.gates() * n;
+  const int64_t G = m.gate_width(), j0 = packing.bounds()[u], n = packing.bounds()[u + 1] - j0;
+  const int64_t gn = packing.gate_cols(u), row = m.gates() * gn;
   if (n == 0) return;
   const int64_t t = TimeOf(pl.dir, step, T);
   const A* h_prev = pl.h_before(step, T, B);
   const A* c_prev = pl.c_before(step, T, B);
   A* h_out = pl.h + t * B * Hr;
-  A* rec_u = rec + B * m.gates() * j0;
-  gemm::Block(false, r_trans, B, gn, Hr, h_prev, Hr, r_block, r_trans ? Hr : gn, false, rec_u, gn);
+  A* rec_u = rec + B * packing.col0(u);
+  gemm::PackedBlock(B, row, Hr, h_prev, Hr, packing.slice(r_packed, u), false, rec_u, row);
   const bool relu = m.mode == RnnMode::kRnnRelu;
   const bool gated = m.mode == RnnMode::kLstm || m.mode == RnnMode::kGru;
   for (int64_t b = 0; b < B; ++b) {
@@ -182,11 +184,11 @@ void ForwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vector
     // (R·h + b_R). One loop per mode, without branches, so that each vectorises.
     // (__restrict: these buffers never overlap; GCC then needs no alias checks.)
     const A* __restrict gx = xw + (t * B + b) * G + j0;
-    const A* __restrict gh = rec_u + b * gn;
+    const A* __restrict gh = rec_u + b * row;
     const A* __restrict bw = pl.bias_w + j0;
     const A* __restrict br = pl.bias_r + j0;
     auto x_side = [=](int g, int64_t j) { return gx[g * H + j] + bw[g * H + j]; };
-    auto h_side = [=](int g, int64_t j) { return gh[g * n + j] + br[g * H + j]; };
+    auto h_side = [=](int g, int64_t j) { return gh[g * gn + j] + br[g * H + j]; };
     if (m.mode == RnnMode::kLstm) {  // gates i, f, c, o: lstm_cell.h's IFCO layout
       const A* __restrict c_in = c_prev + b * H + j0;
       A* __restrict c_out = pl.c + (t * B + b) * H + j0;
@@ -253,28 +255,27 @@ void ProjectOutputs(const PseudoLayer<A>& pl, const RnnRun& run, const std::vect
 // then one RunPhases team for the time loops (unit dir·slices + u is slice u of direction dir;
 // phases step·phases_per_step (+ 1) run step `step` of every direction), then this layer's
 // output y [T, B, D·Hr]: the state where the sequence ran, else zero. xw, rec, m_buf and
-// r_grouped hold one part per direction.
+// r_packed hold one part per direction.
 template <typename A, typename Math>
 void ForwardLayer(const CPUDevice& d, const std::vector<PseudoLayer<A>>& pls,
                   const TeamPlan& plan, const RnnRun& run, const std::vector<int64_t>& len,
-                  const A* x, A* xw, A* rec, A* m_buf, A* r_grouped, A* y) {
+                  const A* x, A* xw, A* rec, A* m_buf, A* r_packed, A* y) {
   const RnnModel& m = pls[0].m;
   const int64_t T = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
   const int64_t G = m.gate_width(), D = m.num_dirs;
   for (int64_t dir = 0; dir < D; ++dir) {
     InputProjection(d, pls[dir], T * B, x, xw + dir * T * B * G);
-    plan.GroupForward(d, m, pls[dir].r, r_grouped + dir * G * Hr);
+    plan.PackForward(d, m, pls[dir].r, r_packed + dir * plan.fwd.size());
   }
   const int K = plan.phases_per_step;
   RunPhases(d, T * K, plan.units(m), [&](int64_t phase, int unit) {
     const int64_t dir = unit / plan.slices, u = unit % plan.slices, step = phase / K;
     const PseudoLayer<A>& pl = pls[dir];
     if (phase % K == 0) {
-      if (u + 1 >= static_cast<int64_t>(plan.cell.size())) return;
-      const int64_t j0 = plan.cell[u];
-      ForwardCells<A, Math>(pl, run, len, step, j0, plan.cell[u + 1],
-                            r_grouped + dir * G * Hr + Hr * m.gates() * j0, plan.fwd_r_trans,
-                            xw + dir * T * B * G, rec + dir * B * G,
+      if (u >= plan.fwd.slices()) return;
+      ForwardCells<A, Math>(pl, run, len, step, plan.fwd, static_cast<int>(u),
+                            r_packed + dir * plan.fwd.size(), xw + dir * T * B * G,
+                            rec + dir * B * plan.fwd.total_cols(),
                             m_buf ? m_buf + dir * B * H : nullptr);
     } else {
       if (u + 1 >= static_cast<int64_t>(plan.out.size())) return;
@@ -316,21 +317,21 @@ absl::Status Forward(OpKernelContext* ctx, const RnnModel& m, const RnnRun& run,
   const WorkspaceLayout lay(m, run, dropout.active(m));
   A* ws = reinterpret_cast<A*>(workspace + sizeof(RnnReserveHeader));
 
-  Tensor params_h, x_h, h0_h, c0_h, xw_h, rec_h, mbuf_h, rg_h, y_h;
+  Tensor params_h, x_h, h0_h, c0_h, xw_h, rec_h, mbuf_h, rp_h, y_h;
   const A *P, *x0, *h0, *c0 = nullptr;
   TF_RETURN_IF_ERROR(AsAcc(ctx, params, CheckedParamsSize(m), &params_h, &P));
   TF_RETURN_IF_ERROR(ToTimeMajor(ctx, run, m.input_size, input, &x_h, &x0));
   TF_RETURN_IF_ERROR(AsAcc(ctx, input_h, LD * B * Hr, &h0_h, &h0));
   if (lstm) TF_RETURN_IF_ERROR(AsAcc(ctx, input_c, LD * B * H, &c0_h, &c0));
   // Per direction: the input projections, the recurrent GEMM's output, m (with a projection)
-  // and the regrouped R.
-  A *xw, *rec, *m_buf = nullptr, *r_grouped, *y;
+  // and the packed R.
+  const TeamPlan plan(d, m);
+  A *xw, *rec, *m_buf = nullptr, *r_packed, *y;
   TF_RETURN_IF_ERROR(AllocateScratch(ctx, D * T_ * B * G, &xw_h, &xw));
-  TF_RETURN_IF_ERROR(AllocateScratch(ctx, D * B * G, &rec_h, &rec));
-  TF_RETURN_IF_ERROR(AllocateScratch(ctx, D * G * Hr, &rg_h, &r_grouped));
+  TF_RETURN_IF_ERROR(AllocateScratch(ctx, D * B * plan.fwd.total_cols(), &rec_h, &rec));
+  TF_RETURN_IF_ERROR(AllocateScratch(ctx, D * plan.fwd.size(), &rp_h, &r_packed));
   TF_RETURN_IF_ERROR(AllocateScratch(ctx, T_ * B * D * Hr, &y_h, &y));
   if (m.has_proj()) TF_RETURN_IF_ERROR(AllocateScratch(ctx, D * B * H, &mbuf_h, &m_buf));
-  const TeamPlan plan(d, m, B);
 
   Tensor state_h;
   A* final_state;  // output_h then output_c, in the compute type
@@ -340,7 +341,7 @@ absl::Status Forward(OpKernelContext* ctx, const RnnModel& m, const RnnRun& run,
     std::vector<PseudoLayer<A>> pls;
     pls.reserve(D);
     for (int64_t dir = 0; dir < D; ++dir) pls.emplace_back(m, l * D + dir, P, ws, lay, h0, c0, B);
-    ForwardLayer<A, MathFor<T>>(d, pls, plan, run, len, x, xw, rec, m_buf, r_grouped, y);
+    ForwardLayer<A, MathFor<T>>(d, pls, plan, run, len, x, xw, rec, m_buf, r_packed, y);
     for (int64_t dir = 0; dir < D; ++dir) {
       // Final state: after the last processed step (rows past their end held it there).
       const int64_t p = l * D + dir, t_last = TimeOf(dir, T_ - 1, T_);
@@ -384,7 +385,7 @@ struct SweepBuffers {
   A* dm;          // [B, H]: dL/dm of the current step (projection only)
   A* carry;       // [B, Hr]: dgh·R of the step just done
   A* direct;      // [B, Hr]: GRU's direct term dL/dh_t ⊙ u of the step just done
-  const A* r_cols;  // R's columns per output slice (TeamPlan::GroupBackward)
+  const A* r_packed;  // R's columns packed per output slice (TeamPlan::PackBackward)
 };
 
 // Backward work of output slice [k0, k1) in phase s of the sweep (s < T: before sweep step s,
@@ -394,16 +395,18 @@ struct SweepBuffers {
 // not run it).
 template <typename A>
 void BackwardOutputs(const PseudoLayer<A>& pl, const RnnRun& run, const std::vector<int64_t>& len,
-                     int64_t s, int64_t k0, int64_t k1, const A* dy, const SweepBuffers<A>& buf) {
+                     int64_t s, const SlicePacking& packing, int u, const A* dy,
+                     const SweepBuffers<A>& buf) {
   const RnnModel& m = pl.m;
   const int64_t T = run.time, B = run.batch, Hr = m.output_width(), G = m.gate_width();
-  const int64_t D = m.num_dirs, n = k1 - k0;
+  const int64_t D = m.num_dirs, k0 = packing.bounds()[u], k1 = packing.bounds()[u + 1];
+  const int64_t n = k1 - k0;
   const bool gru = m.mode == RnnMode::kGru;
   if (n == 0) return;
   if (s > 0) {
     const int64_t t = TimeOf(pl.dir, T - s, T);
-    gemm::Block(false, false, B, n, G, buf.dgh + t * B * G, G, buf.r_cols + G * k0, n, false,
-                buf.carry + k0, Hr);
+    gemm::PackedBlock(B, n, G, buf.dgh + t * B * G, G, packing.slice(buf.r_packed, u), false,
+                      buf.carry + k0, Hr);
     for (int64_t b = 0; b < B; ++b) {
       if (t >= len[b]) continue;
       for (int64_t k = b * Hr + k0; k < b * Hr + k1; ++k) {
@@ -521,12 +524,12 @@ void BackwardLayer(const CPUDevice& d, const std::vector<PseudoLayer<A>>& pls,
   const int64_t T = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
   const int64_t G = m.gate_width(), D = m.num_dirs;
   const int K = plan.phases_per_step;
-  const int64_t n_out = static_cast<int64_t>(plan.out.size()) - 1;
-  const int64_t n_cell = static_cast<int64_t>(plan.cell.size()) - 1;
+  const int n_cell = static_cast<int>(plan.cell.size()) - 1;
   RunPhases(d, T * K + 1, plan.units(m), [&](int64_t phase, int unit) {
-    const int64_t dir = unit / plan.slices, u = unit % plan.slices, s = phase / K;
-    if (phase % K == 0 && u < n_out) {
-      BackwardOutputs(pls[dir], run, len, s, plan.out[u], plan.out[u + 1], dy, bufs[dir]);
+    const int64_t dir = unit / plan.slices, s = phase / K;
+    const int u = unit % plan.slices;
+    if (phase % K == 0 && u < plan.bwd.slices()) {
+      BackwardOutputs(pls[dir], run, len, s, plan.bwd, u, dy, bufs[dir]);
     }
     if (s < T && (K == 1 || phase % K == 1) && u < n_cell) {
       BackwardCells<A, Math>(pls[dir], run, len, T - 1 - s, plan.cell[u], plan.cell[u + 1],
@@ -608,10 +611,10 @@ absl::Status Backward(OpKernelContext* ctx, const RnnModel& m, const RnnRun& run
   TF_RETURN_IF_ERROR(AsAcc(ctx, output_h_backprop, LD * B * Hr, &holders[5], &dhT));
   if (lstm) TF_RETURN_IF_ERROR(AsAcc(ctx, output_c_backprop, LD * B * H, &holders[6], &dcT));
 
-  // Per direction (D parts each): the sweep buffers (SweepBuffers) and R's regrouped columns.
+  // Per direction (D parts each): the sweep buffers (SweepBuffers) and R's packed columns.
   const int64_t rows = T_ * B, max_in = std::max(m.input_size, D * Hr);
   A *dparams, *dgx, *dgh, *dh_total, *m_seq = nullptr, *dm = nullptr, *carry, *direct = nullptr;
-  A *r_cols, *h_prev_seq, *dx, *dy_below, *d_state;
+  A *r_packed, *h_prev_seq, *dx, *dy_below, *d_state;
   TF_RETURN_IF_ERROR(AllocateScratch(ctx, n_params, &holders[7], &dparams));
   TF_RETURN_IF_ERROR(AllocateScratch(ctx, D * rows * G, &holders[8], &dgx));
   dgh = dgx;  // recurrent-side gate gradients equal the input-side ones except for GRU
@@ -623,14 +626,14 @@ absl::Status Backward(OpKernelContext* ctx, const RnnModel& m, const RnnRun& run
   }
   TF_RETURN_IF_ERROR(AllocateScratch(ctx, D * B * Hr * 2, &holders[13], &carry));
   if (gru) direct = carry + D * B * Hr;
-  TF_RETURN_IF_ERROR(AllocateScratch(ctx, D * G * Hr, &holders[14], &r_cols));
+  const TeamPlan plan(d, m);
+  TF_RETURN_IF_ERROR(AllocateScratch(ctx, D * plan.bwd.size(), &holders[14], &r_packed));
   TF_RETURN_IF_ERROR(AllocateScratch(ctx, rows * Hr, &holders[15], &h_prev_seq));
   TF_RETURN_IF_ERROR(AllocateScratch(ctx, rows * max_in * 2, &holders[16], &dx));
   dy_below = dx + rows * max_in;
   Tensor state_holder;
   TF_RETURN_IF_ERROR(AllocateScratch(ctx, LD * B * (Hr + H), &state_holder, &d_state));
   Fill(d, dparams, n_params, A(0));
-  const TeamPlan plan(d, m, B);
 
   const A* dy = dy_top;
   for (int64_t l = m.num_layers - 1; l >= 0; --l) {
@@ -651,9 +654,9 @@ absl::Status Backward(OpKernelContext* ctx, const RnnModel& m, const RnnRun& run
       buf.dm = dm ? dm + dir * B * H : nullptr;
       buf.carry = carry + dir * B * Hr;
       buf.direct = direct ? direct + dir * B * Hr : nullptr;
-      A* cols = r_cols + dir * G * Hr;
-      plan.GroupBackward(d, m, pls[dir].r, cols);
-      buf.r_cols = cols;
+      A* packed = r_packed + dir * plan.bwd.size();
+      plan.PackBackward(d, m, pls[dir].r, packed);
+      buf.r_packed = packed;
       std::memcpy(buf.dh, dhT + p * B * Hr, B * Hr * sizeof(A));
       if (lstm) std::memcpy(buf.dc, dcT + p * B * H, B * H * sizeof(A));
       bufs.push_back(buf);

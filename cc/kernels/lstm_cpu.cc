@@ -51,19 +51,21 @@ LstmActivations<const T*> AtStep(const LstmActivations<const T*>& p, int64_t t, 
 
 // The fused forward pass of one step for the units [j0, j1) of every batch row: bias,
 // activations, state update and the seven saved outputs. `rec` is this unit range's recurrent
-// block h·Wh, [B, 4·(j1 - j0)] with the gates in blk order. kPeephole and kClip are compile-time
-// so the per-unit loop has no branches and vectorises.
+// block h·Wh, [B, 4·rec_gate] with the gates in blk order, each in a block of rec_gate >= j1 - j0
+// columns. kPeephole and kClip are compile-time so the per-unit loop has no branches and
+// vectorises.
 template <typename T, typename A, typename Math, bool kPeephole, bool kClip>
 void ForwardUnits(int64_t batch, int64_t j0, int64_t j1, int64_t H, GateBlocks blk,
-                  A forget_bias, A cell_clip, const A* xw_t, const A* rec, const A* bias,
+                  A forget_bias, A cell_clip, const A* xw_t, const A* rec, int64_t rec_gate,
+                  const A* bias,
                   const T* cs_prev, const Peepholes<T, A>& peep, const LstmActivations<T*>& out,
                   A* h_acc) {
   const CellParams<A> params{forget_bias, cell_clip, kClip, kPeephole};
-  const int64_t G = 4 * H, n = j1 - j0;
+  const int64_t G = 4 * H;
   for (int64_t b = 0; b < batch; ++b) {
-    const A *gx = xw_t + b * G, *gr = rec + b * 4 * n - j0;
+    const A *gx = xw_t + b * G, *gr = rec + b * 4 * rec_gate - j0;
     auto gate = [=](int block, int64_t j) {
-      return (gx[block * H + j] + gr[block * n + j]) + bias[block * H + j];
+      return (gx[block * H + j] + gr[block * rec_gate + j]) + bias[block * H + j];
     };
 #pragma GCC ivdep  // distinct buffers: no alias checks needed
     for (int64_t j = j0; j < j1; ++j) {
@@ -185,58 +187,54 @@ struct LstmForward<CPUDevice, T> {
     const A* w_x = w;          // rows [0, I) multiply x
     const A* w_h = w + I * G;  // rows [I, I+H) multiply h
 
-    // Input projection of a chunk of steps at once.
+    // The time loop: one phase per step; each unit slice multiplies the state by its own
+    // columns of Wh (packed once, kept hot in one core's cache) and runs the fused element-wise
+    // pass of its units. A step's units need the whole previous h, hence the phase order.
+    const SlicePacking packing(UnitSlices(H, d.numThreads()), H, 4);
+    const std::vector<int64_t>& bounds = packing.bounds();
+    Tensor packed_holder;
+    A* w_packed;
+    TF_RETURN_IF_ERROR(AllocateScratch(ctx, packing.size(), &packed_holder, &w_packed));
+    packing.Pack(d, H, w_h, G, 1, w_packed);
+
+    // Input projection of a chunk of steps at once; rec holds every slice's h·Wh of a step.
     const int64_t chunk = StepsPerChunk(B, L);
     A *xw, *rec, *h_acc = nullptr;
     TF_RETURN_IF_ERROR(AllocateScratch(ctx, chunk * B * G, &xw_holder, &xw));
-    TF_RETURN_IF_ERROR(AllocateScratch(ctx, B * G, &rec_holder, &rec));
+    TF_RETURN_IF_ERROR(AllocateScratch(ctx, B * packing.total_cols(), &rec_holder, &rec));
     if constexpr (!std::is_same_v<T, A>) {
       // The state the next step multiplies: the stored (rounded) h, kept in A for the GEMM.
       TF_RETURN_IF_ERROR(AllocateScratch(ctx, step, &h_holder, &h_acc));
-    }
-
-    // The time loop: one phase per step; each unit slice multiplies the state by its own
-    // columns of Wh (kept hot in one core's cache) and runs the fused element-wise pass of its
-    // units. A step's units need the whole previous h, hence the phase order.
-    const std::vector<int64_t> bounds = UnitSlices(H, d.numThreads());
-    const int units = static_cast<int>(bounds.size()) - 1;
-    // Slice u's columns of Wh as a contiguous [H, 4·n] block at H·4·j0; one slice is Wh itself.
-    Tensor wg_holder;
-    const A* w_grouped = w_h;
-    if (units > 1) {
-      A* grouped;
-      TF_RETURN_IF_ERROR(AllocateScratch(ctx, H * G, &wg_holder, &grouped));
-      GroupBySlice(d, bounds, H, 4, H, w_h, G, 1, false, grouped);
-      w_grouped = grouped;
     }
     const CellParams<A> params = MakeCellParams<A, T>(attrs);
     const GateBlocks blk = BlocksOf(attrs.layout);
     WithFlags(params.use_peephole, params.clip_active, [&](auto peephole, auto clip) {
       for (int64_t t0 = 0; t0 < L; t0 += chunk) {
-      const int64_t steps = std::min(chunk, L - t0);
-      Gemm(d, false, false, steps * B, G, I, x + t0 * B * I, w_x, false, xw);
-      RunPhases(d, steps, units, [&](int64_t s, int u) {
-        const int64_t t = t0 + s;
-        const int64_t j0 = bounds[u], n = bounds[u + 1] - j0;
-        const A* h_state = h_prev;
-        if (t > 0) {
-          if constexpr (std::is_same_v<T, A>) {
-            h_state = out.h + (t - 1) * step;
-          } else {
-            h_state = h_acc;
+        const int64_t steps = std::min(chunk, L - t0);
+        Gemm(d, false, false, steps * B, G, I, x + t0 * B * I, w_x, false, xw);
+        RunPhases(d, steps, packing.slices(), [&](int64_t s, int u) {
+          const int64_t t = t0 + s;
+          const int64_t j0 = bounds[u], n = bounds[u + 1] - j0;
+          const A* h_state = h_prev;
+          if (t > 0) {
+            if constexpr (std::is_same_v<T, A>) {
+              h_state = out.h + (t - 1) * step;
+            } else {
+              h_state = h_acc;
+            }
           }
-        }
-        A* rec_u = rec + B * 4 * j0;
-        gemm::Block(false, false, B, 4 * n, H, h_state, H, w_grouped + H * 4 * j0, 4 * n, false,
-                    rec_u, 4 * n);
-        const T* cs_prev = t == 0 ? in.cs_prev : out.cs + (t - 1) * step;
-        auto at_t = [&](T* p) { return p + t * step; };
-        const LstmActivations<T*> out_t{at_t(out.i),  at_t(out.cs), at_t(out.f), at_t(out.o),
-                                        at_t(out.ci), at_t(out.co), at_t(out.h)};
-        ForwardUnits<T, A, MathFor<T>, decltype(peephole)::value, decltype(clip)::value>(
-            B, j0, j0 + n, H, blk, params.forget_bias, params.cell_clip, xw + s * B * G, rec_u,
-            bias, cs_prev, peep, out_t, h_acc);
-      });
+          A* rec_u = rec + B * packing.col0(u);
+          const int64_t rec_cols = 4 * packing.gate_cols(u);
+          gemm::PackedBlock(B, rec_cols, H, h_state, H, packing.slice(w_packed, u), false, rec_u,
+                            rec_cols);
+          const T* cs_prev = t == 0 ? in.cs_prev : out.cs + (t - 1) * step;
+          auto at_t = [&](T* p) { return p + t * step; };
+          const LstmActivations<T*> out_t{at_t(out.i),  at_t(out.cs), at_t(out.f), at_t(out.o),
+                                          at_t(out.ci), at_t(out.co), at_t(out.h)};
+          ForwardUnits<T, A, MathFor<T>, decltype(peephole)::value, decltype(clip)::value>(
+              B, j0, j0 + n, H, blk, params.forget_bias, params.cell_clip, xw + s * B * G, rec_u,
+              packing.gate_cols(u), bias, cs_prev, peep, out_t, h_acc);
+        });
       }
     });
     return absl::OkStatus();
@@ -313,17 +311,22 @@ struct LstmBackward<CPUDevice, T> {
     // dx = dgates·Wxᵀ, dWx += xᵀ·dgates, dWh += h_{t-1}ᵀ·dgates, db += Σ dgates.
     Fill(d, dc, step, A(0));
     Fill(d, dh, step, A(0));
-    const std::vector<int64_t> bounds = UnitSlices(H, d.numThreads());
-    const int units = static_cast<int>(bounds.size()) - 1;
+    // Slice u's operand of the per-step dh product: its rows of Wh, as Whᵀ [G, n], packed once.
+    const SlicePacking packing(UnitSlices(H, d.numThreads()), G, 1);
+    const std::vector<int64_t>& bounds = packing.bounds();
+    Tensor packed_holder;
+    A* wt_packed;
+    TF_RETURN_IF_ERROR(AllocateScratch(ctx, packing.size(), &packed_holder, &wt_packed));
+    packing.Pack(d, H, w_h, 1, G, wt_packed);
     const bool direct = out_grads.i != nullptr;
     for (int64_t t1 = L; t1 > 0;) {
       const int64_t t0 = std::max<int64_t>(0, t1 - chunk), steps = t1 - t0, rows = steps * B;
       const bool first = t1 == L;  // the first chunk of the sweep writes dW instead of adding
-      RunPhases(d, steps, units, [&](int64_t phase, int u) {
+      RunPhases(d, steps, packing.slices(), [&](int64_t phase, int u) {
         const int64_t t = t1 - 1 - phase, j0 = bounds[u], j1 = bounds[u + 1];
         if (phase > 0) {
-          gemm::Block(false, true, B, j1 - j0, G, dgates + (t + 1 - t0) * B * G, G, w_h + j0 * G,
-                      G, false, dh + j0, H);
+          gemm::PackedBlock(B, j1 - j0, G, dgates + (t + 1 - t0) * B * G, G,
+                            packing.slice(wt_packed, u), false, dh + j0, H);
         }
         const T* cs_prev = t == 0 ? in.cs_prev : act.cs + (t - 1) * step;
         BackwardUnitsFor<T, A>(attrs, direct, 0, B, j0, j1, H, peep, AtStep(act, t, step),

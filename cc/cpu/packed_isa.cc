@@ -1,0 +1,231 @@
+// One ISA's packed-panel GEMM (compiled once per ISA, like gemm_isa.cc; see gemm.h for the
+// layout). The recurrent GEMM of an RNN step multiplies a small state [B, k] by the same weights
+// every step: Eigen repacks those weights on every call, which at B = 32 costs as much as the
+// multiply. Packed once per op call, the weights stream from L2 straight into a register tile.
+#ifndef TF_LSTM_GEMM_ISA
+#error "build with -DTF_LSTM_GEMM_ISA=<isa>"
+#endif
+
+#include <algorithm>
+#include <cstdint>
+
+#include "cc/cpu/gemm.h"
+
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#include <immintrin.h>
+#define TF_LSTM_PACKED_SIMD 1
+#endif
+
+namespace tf_lstm_ops {
+namespace gemm {
+namespace TF_LSTM_GEMM_ISA {
+namespace {
+
+// Column `col` of the packed operand at row 0 (rows follow every kPanelWidth values).
+template <typename A>
+const A* PanelColumn(const A* packed, int64_t k, int64_t col) {
+  return packed + col / kPanelWidth * kPanelWidth * k + col % kPanelWidth;
+}
+
+#if defined(TF_LSTM_PACKED_SIMD)
+
+// One SIMD register of A: what the tile kernel needs, per ISA.
+template <typename A>
+struct Vec;
+#if defined(__AVX512F__)
+constexpr int kTileVecs = 4;  // 6 x 4 accumulators of the 32 zmm registers
+template <>
+struct Vec<float> {
+  using V = __m512;
+  static constexpr int kLanes = 16;
+  static V Zero() { return _mm512_setzero_ps(); }
+  static V Load(const float* p) { return _mm512_loadu_ps(p); }
+  static V Splat(float x) { return _mm512_set1_ps(x); }
+  static V Fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static V Add(V a, V b) { return _mm512_add_ps(a, b); }
+  static void Store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  static __mmask16 Mask(int n) { return static_cast<__mmask16>((1u << n) - 1); }
+  static V LoadFirst(const float* p, int n) { return _mm512_maskz_loadu_ps(Mask(n), p); }
+  static void StoreFirst(float* p, V v, int n) { _mm512_mask_storeu_ps(p, Mask(n), v); }
+};
+template <>
+struct Vec<double> {
+  using V = __m512d;
+  static constexpr int kLanes = 8;
+  static V Zero() { return _mm512_setzero_pd(); }
+  static V Load(const double* p) { return _mm512_loadu_pd(p); }
+  static V Splat(double x) { return _mm512_set1_pd(x); }
+  static V Fma(V a, V b, V c) { return _mm512_fmadd_pd(a, b, c); }
+  static V Add(V a, V b) { return _mm512_add_pd(a, b); }
+  static void Store(double* p, V v) { _mm512_storeu_pd(p, v); }
+  static __mmask8 Mask(int n) { return static_cast<__mmask8>((1u << n) - 1); }
+  static V LoadFirst(const double* p, int n) { return _mm512_maskz_loadu_pd(Mask(n), p); }
+  static void StoreFirst(double* p, V v, int n) { _mm512_mask_storeu_pd(p, Mask(n), v); }
+};
+#else  // AVX2 + FMA
+constexpr int kTileVecs = 2;  // 6 x 2 accumulators of the 16 ymm registers
+// Lane masks for maskload/maskstore: lane i is on when i < n.
+inline __m256i FirstLanes32(int n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+inline __m256i FirstLanes64(int n) {
+  return _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), _mm256_setr_epi64x(0, 1, 2, 3));
+}
+template <>
+struct Vec<float> {
+  using V = __m256;
+  static constexpr int kLanes = 8;
+  static V Zero() { return _mm256_setzero_ps(); }
+  static V Load(const float* p) { return _mm256_loadu_ps(p); }
+  static V Splat(float x) { return _mm256_set1_ps(x); }
+  static V Fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static V Add(V a, V b) { return _mm256_add_ps(a, b); }
+  static void Store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  static V LoadFirst(const float* p, int n) { return _mm256_maskload_ps(p, FirstLanes32(n)); }
+  static void StoreFirst(float* p, V v, int n) { _mm256_maskstore_ps(p, FirstLanes32(n), v); }
+};
+template <>
+struct Vec<double> {
+  using V = __m256d;
+  static constexpr int kLanes = 4;
+  static V Zero() { return _mm256_setzero_pd(); }
+  static V Load(const double* p) { return _mm256_loadu_pd(p); }
+  static V Splat(double x) { return _mm256_set1_pd(x); }
+  static V Fma(V a, V b, V c) { return _mm256_fmadd_pd(a, b, c); }
+  static V Add(V a, V b) { return _mm256_add_pd(a, b); }
+  static void Store(double* p, V v) { _mm256_storeu_pd(p, v); }
+  static V LoadFirst(const double* p, int n) { return _mm256_maskload_pd(p, FirstLanes64(n)); }
+  static void StoreFirst(double* p, V v, int n) { _mm256_maskstore_pd(p, FirstLanes64(n), v); }
+};
+#endif
+constexpr int kTileRows = 6;
+
+// C[kRows, kVecs·lanes] (+)= A[kRows, k]·B, A row-major (lda) and B's vector v at b[v] (rows
+// kPanelWidth apart); only the first `last_lanes` lanes of the last vector are stored. Each output is one FMA chain over p = 0..k-1 (then + C): the same order whatever the
+// tiling, so results do not depend on how callers split the work.
+template <typename A, int kRows, int kVecs>
+void Tile(int64_t k, const A* a, int64_t lda, const A* const* b, bool accumulate,
+          A* c, int64_t ldc, int last_lanes) {
+  using X = Vec<A>;
+  typename X::V acc[kRows][kVecs];
+#pragma GCC unroll 8
+  for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecs; ++v) acc[r][v] = X::Zero();
+  }
+  for (int64_t p = 0; p < k; ++p) {
+    typename X::V bv[kVecs];
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecs; ++v) bv[v] = X::Load(b[v] + p * kPanelWidth);
+#pragma GCC unroll 8
+    for (int r = 0; r < kRows; ++r) {
+      const typename X::V av = X::Splat(a[r * lda + p]);
+#pragma GCC unroll 4
+      for (int v = 0; v < kVecs; ++v) acc[r][v] = X::Fma(av, bv[v], acc[r][v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecs; ++v) {
+      A* dst = c + r * ldc + v * X::kLanes;
+      if (v + 1 < kVecs || last_lanes == X::kLanes) {
+        X::Store(dst, accumulate ? X::Add(X::Load(dst), acc[r][v]) : acc[r][v]);
+      } else {
+        X::StoreFirst(dst, accumulate ? X::Add(X::LoadFirst(dst, last_lanes), acc[r][v])
+                                      : acc[r][v], last_lanes);
+      }
+    }
+  }
+}
+
+template <typename A, int kRows>
+void TileOfRows(int vecs, int64_t k, const A* a, int64_t lda, const A* const* b,
+                bool accumulate, A* c, int64_t ldc, int last_lanes) {
+  switch (vecs) {
+    case 1:
+      return Tile<A, kRows, 1>(k, a, lda, b, accumulate, c, ldc, last_lanes);
+    case 2:
+      return Tile<A, kRows, 2>(k, a, lda, b, accumulate, c, ldc, last_lanes);
+    default:
+      if constexpr (kTileVecs == 4) {
+        if (vecs == 3) return Tile<A, kRows, 3>(k, a, lda, b, accumulate, c, ldc, last_lanes);
+        return Tile<A, kRows, 4>(k, a, lda, b, accumulate, c, ldc, last_lanes);
+      }
+  }
+}
+
+template <typename A>
+void PackedBlockSimd(int64_t m, int64_t n, int64_t k, const A* a, int64_t lda, const A* packed,
+                     bool accumulate, A* c, int64_t ldc) {
+  constexpr int kLanes = Vec<A>::kLanes;
+  constexpr int64_t kTileCols = int64_t{kTileVecs} * kLanes;
+  using TileFn = void (*)(int, int64_t, const A*, int64_t, const A* const*, bool, A*, int64_t,
+                          int);
+  static constexpr TileFn kByRows[kTileRows] = {TileOfRows<A, 1>, TileOfRows<A, 2>,
+                                                TileOfRows<A, 3>, TileOfRows<A, 4>,
+                                                TileOfRows<A, 5>, TileOfRows<A, 6>};
+  // Column tiles outer: a tile's k x kTileCols slice of B is reused by every row tile from L1/L2.
+  for (int64_t c0 = 0; c0 < n; c0 += kTileCols) {
+    const int64_t cols = std::min(kTileCols, n - c0);
+    const int vecs = static_cast<int>((cols + kLanes - 1) / kLanes);
+    const int last_lanes = static_cast<int>(cols - int64_t{vecs - 1} * kLanes);
+    const A* b[kTileVecs];
+    for (int v = 0; v < vecs; ++v) b[v] = PanelColumn(packed, k, c0 + int64_t{v} * kLanes);
+    for (int64_t r0 = 0; r0 < m; r0 += kTileRows) {
+      const int rows = static_cast<int>(std::min<int64_t>(kTileRows, m - r0));
+      kByRows[rows - 1](vecs, k, a + r0 * lda, lda, b, accumulate, c + r0 * ldc + c0, ldc,
+                        last_lanes);
+    }
+  }
+}
+
+#endif  // TF_LSTM_PACKED_SIMD
+
+// Portable loops (CPUs without AVX2/FMA, other architectures): a tile of kRows rows by one
+// panel, left to the compiler to vectorise.
+template <typename A>
+void PackedBlockPortable(int64_t m, int64_t n, int64_t k, const A* a, int64_t lda,
+                         const A* packed, bool accumulate, A* c, int64_t ldc) {
+  constexpr int64_t kRows = 4;
+  for (int64_t c0 = 0; c0 < n; c0 += kPanelWidth) {
+    const int64_t cols = std::min<int64_t>(kPanelWidth, n - c0);
+    const A* panel = PanelColumn(packed, k, c0);
+    for (int64_t r0 = 0; r0 < m; r0 += kRows) {
+      const int64_t rows = std::min(kRows, m - r0);
+      A acc[kRows][kPanelWidth] = {};
+      for (int64_t p = 0; p < k; ++p) {
+        const A* b_row = panel + p * kPanelWidth;
+        for (int64_t r = 0; r < kRows; ++r) {
+          const A av = r < rows ? a[(r0 + r) * lda + p] : A(0);
+          for (int j = 0; j < kPanelWidth; ++j) acc[r][j] += av * b_row[j];
+        }
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        A* dst = c + (r0 + r) * ldc + c0;
+        for (int64_t j = 0; j < cols; ++j) dst[j] = accumulate ? dst[j] + acc[r][j] : acc[r][j];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+template <typename A>
+void PackedBlock(int64_t m, int64_t n, int64_t k, const A* a, int64_t lda, const A* packed,
+                 bool accumulate, A* c, int64_t ldc) {
+#if defined(TF_LSTM_PACKED_SIMD)
+  PackedBlockSimd(m, n, k, a, lda, packed, accumulate, c, ldc);
+#else
+  PackedBlockPortable(m, n, k, a, lda, packed, accumulate, c, ldc);
+#endif
+}
+
+template void PackedBlock<float>(int64_t, int64_t, int64_t, const float*, int64_t, const float*,
+                                 bool, float*, int64_t);
+template void PackedBlock<double>(int64_t, int64_t, int64_t, const double*, int64_t,
+                                  const double*, bool, double*, int64_t);
+
+}  // namespace TF_LSTM_GEMM_ISA
+}  // namespace gemm
+}  // namespace tf_lstm_ops
