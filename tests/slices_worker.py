@@ -1,13 +1,17 @@
 """Run in a subprocess by test_cpu_time_loop_slices.py: the intra-op thread count must be set
 before TensorFlow starts, and it decides how many unit slices the CPU time loops use.
 
-usage: python slices_worker.py THREADS    prints one line per failed check, then "DONE <n checks>"
+usage: python slices_worker.py THREADS [ISA]
+    prints one line per failed check, then "DONE <n checks>"; with ISA (avx2, avx) the CPU GEMM
+    blocks of that build run (TF_LSTM_OPS_CPU_ISA), and the worker first checks that they do.
 """
 
 import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+if len(sys.argv) > 2:
+    os.environ["TF_LSTM_OPS_CPU_ISA"] = sys.argv[2]
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
@@ -107,6 +111,9 @@ def cudnn_cases(rng):
                 close(k, R.to_np(got[k]), v, TOL[dtype], what)
 
 
+from tf_lstm_ops._loader import cpu_isa  # noqa: E402
+
+print("ISA %s" % cpu_isa(), flush=True)
 rng = np.random.default_rng(int(sys.argv[1]))
 block_lstm_cases(rng)
 cudnn_cases(rng)

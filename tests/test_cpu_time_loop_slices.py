@@ -4,7 +4,8 @@ The rest of the suite uses small H (one slice) and small batches (one chunk of s
 checks the multi-slice and multi-chunk paths: forward and gradients of BlockLSTM(V2) and
 CudnnRNNV3 at H = 20..70 and B up to 130 against the float64 references,
 with 1 thread (one slice) and 3 threads (up to three slices per layer, or one per direction and
-one spare), in a fresh process each (the thread count is fixed when TensorFlow starts)."""
+one spare), in a fresh process each (the thread count is fixed when TensorFlow starts); and the
+same with the AVX2 and AVX builds of the GEMM blocks where the CPU has more."""
 
 import os
 import subprocess
@@ -15,11 +16,28 @@ import pytest
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "slices_worker.py")
 
 
-@pytest.mark.parametrize("threads", [1, 3])
-def test_multi_slice_time_loops_match_the_reference(threads):
-    proc = subprocess.run([sys.executable, WORKER, str(threads)], capture_output=True, text=True,
-                          timeout=600)
+def native_isa():
+    import tf_lstm_ops  # noqa: F401  (loads the library)
+    from tf_lstm_ops._loader import cpu_isa
+
+    return cpu_isa()
+
+
+# The CPU GEMM blocks are built per ISA and picked at run time; TF_LSTM_OPS_CPU_ISA caps the
+# choice so that the AVX2 and AVX builds (other CPUs' code) run here too.
+ISA_ORDER = ["avx", "avx2", "avx512"]
+
+
+@pytest.mark.parametrize("threads,isa", [(1, None), (3, None), (3, "avx2"), (2, "avx")])
+def test_multi_slice_time_loops_match_the_reference(threads, isa):
+    native = native_isa()
+    if isa is not None and (native not in ISA_ORDER
+                            or ISA_ORDER.index(isa) >= ISA_ORDER.index(native)):
+        pytest.skip("this CPU runs %s: the %s build is already its own (or not x86)" % (native, isa))
+    proc = subprocess.run([sys.executable, WORKER, str(threads)] + ([isa] if isa else []),
+                          capture_output=True, text=True, timeout=600)
     lines = proc.stdout.splitlines()
+    assert lines and lines[0] == "ISA %s" % (isa or native), proc.stdout[:500] + proc.stderr[-3000:]
     failures = [line for line in lines if line.startswith("FAIL")]
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not failures, "\n".join(failures[:20])

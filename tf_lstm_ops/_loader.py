@@ -137,6 +137,16 @@ def load(tf):
     return module
 
 
+def cpu_isa():
+    """Which build of the CPU GEMM blocks runs on this CPU: "avx512", "avx2", "avx" or
+    "generic" ($TF_LSTM_OPS_CPU_ISA=avx2 or avx caps it, for tests)."""
+    import ctypes
+
+    fn = ctypes.CDLL(find_library()).tf_lstm_ops_cpu_isa
+    fn.restype = ctypes.c_char_p
+    return fn().decode()
+
+
 def python_op_name(op_name):
     """The generated raw wrapper for an op: 'BlockLSTMV2' -> 'TfLstm_BlockLSTMV2'.
 

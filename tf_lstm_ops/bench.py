@@ -639,6 +639,8 @@ def machine_info(intra_threads, torch):
     import tensorflow as tf
     import keras
 
+    from tf_lstm_ops._loader import cpu_isa
+
     try:
         load = os.getloadavg()
     except OSError:
@@ -659,6 +661,7 @@ def machine_info(intra_threads, torch):
         "tf_version": tf.__version__,
         "keras_version": keras.__version__,
         "torch_version": getattr(torch, "__version__", None),
+        "cpu_kernels_isa": cpu_isa(),
         "tf_intra_op_threads": intra_threads,
         "tf_inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
         "torch_threads": torch.get_num_threads() if torch is not None else None,
@@ -917,10 +920,11 @@ def format_table(report):
     lines = []
     m, sg = report["machine"], report["sgemm"]
     lines.append("tf_lstm_ops benchmark: TF %s, Keras %s, torch %s; %s usable CPUs, TF intra-op "
-                 "threads %s%s" % (m["tf_version"], m["keras_version"], m["torch_version"] or "-",
-                                   m["usable_cpus"], m["tf_intra_op_threads"],
-                                   ", torch threads %s" % m["torch_threads"]
-                                   if m["torch_threads"] else ""))
+                 "threads %s%s; our CPU kernels: %s"
+                 % (m["tf_version"], m["keras_version"], m["torch_version"] or "-",
+                    m["usable_cpus"], m["tf_intra_op_threads"],
+                    ", torch threads %s" % m["torch_threads"] if m["torch_threads"] else "",
+                    m.get("cpu_kernels_isa", "?")))
     lines.append("sgemm peak: tf.matmul %dx%d float32 %.1f GFLOP/s (median of %d%s); %d repeats, "
                  "%d warm-up; load average %s -> %s"
                  % (sg["n"], sg["n"], sg["gflops"], len(sg["samples_ms"]),
