@@ -3,6 +3,7 @@ with nvcc (cc/gpu/selftest/build.py) runs the engine on its HostBackend (the sam
 CUDA calls executed on the CPU) and cc/gpu/selftest/rnn_checks.py compares it with the float64
 reference in every dtype, and with the CPU TensorFlow op, whose reserve-space format it shares."""
 
+import dataclasses
 import zlib
 
 import numpy as np
@@ -196,3 +197,113 @@ def test_workspace_bytes_and_header_equal_cpu_op(mod, alloc, rng, tf_ops, dtype)
     tol = 1e-12 if dtype == "float64" else 1e-5
     _close(C.workspace_values(case, dtype, ours["workspace"]),
            C.workspace_values(case, dtype, reserve[:n]), tol, "reserve space")
+
+
+# ------------------------------------------------------------------------------------------------
+# the persistent forward recurrence (small batches, no projection) against the per-step path
+# ------------------------------------------------------------------------------------------------
+# The engine runs a pseudo-layer's forward recurrence as one persistent launch (R on chip, a
+# grid barrier per step) when batch <= 16, there is no projection and the grid fits; the host
+# backend emulates a device of 3 co-resident blocks with 48 KiB of shared memory each, so the
+# small cases here (and the grid above, B = 3 without a projection) take it with several blocks.
+# The test-only switch TF_LSTM_OPS_RNN_PERSISTENT=0 makes the engine take the per-step path.
+# Backprop is per step either way.
+
+PERSISTENT_ENV = "TF_LSTM_OPS_RNN_PERSISTENT"
+# persistent vs per step: only the recurrent dot product's summation order may differ
+PATH_TOL = dict(TOL_float64=1e-12, TOL_float32=1e-5)
+
+
+def _persistent_cases():
+    cases = []
+    for mode in R.MODES:
+        for direction in ("unidirectional", "bidirectional"):
+            for layers in (1, 2):
+                # H = 5 on 3 blocks: 2 units per block, the last block has 1; every dot
+                # product split over 8 (LSTM, GRU) or 32 (RNN) threads
+                cases.append(C.Case(mode, layers, 5, 3, direction, time=5, batch=4,
+                                    time_major=direction == "unidirectional",
+                                    lengths=(5, 0, 3, 1) if layers == 2 else None))
+    # the largest batch: 16 x 4 gates x 3 units = 192 dot products, one thread each
+    cases.append(C.Case("lstm", 2, 7, 2, "bidirectional", time=3, batch=16,
+                        lengths=tuple(k % 4 for k in range(16))))
+    cases.append(C.Case("gru", 1, 1, 2, "unidirectional", time=3, batch=1))  # one unit, one row
+    cases.append(C.Case("rnn_tanh", 2, 4, 4, "bidirectional", skip_input=True, batch=2,
+                        lengths=(4, 0)))
+    return cases
+
+
+PERSISTENT_CASES = _persistent_cases()
+
+
+def _path(mod, case, dtype):
+    return mod.rnn_forward_path("host", dtype, **case.model_kwargs())
+
+
+def _path_tol(dtype):
+    return PATH_TOL.get("TOL_" + dtype, C.TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", C.DTYPES)
+@pytest.mark.parametrize("case", PERSISTENT_CASES, ids=[c.name for c in PERSISTENT_CASES])
+def test_persistent_forward_matches_per_step_and_reference(mod, alloc, rng, monkeypatch, case,
+                                                           dtype):
+    plan = _path(mod, case, dtype)
+    assert plan["path"] == "persistent", plan
+    assert plan["blocks"] == -(-case.num_units // plan["units_per_block"]) <= 3
+    # forward (persistent) and backward against the float64 reference
+    C.check_case(mod, alloc, case, dtype, rng)
+    # the same inputs through both paths: outputs and every saved activation agree
+    inp, _ = C.make_inputs(rng, case, dtype)
+    persistent = C.run_forward(mod, alloc, case, dtype, inp)
+    monkeypatch.setenv(PERSISTENT_ENV, "0")
+    assert _path(mod, case, dtype)["path"] == "per_step"
+    per_step = C.run_forward(mod, alloc, case, dtype, inp)
+    monkeypatch.delenv(PERSISTENT_ENV)
+    for k in ("output", "output_h") + (("output_c",) if case.mode == "lstm" else ()):
+        C.assert_close(persistent[k], per_step[k], _path_tol(dtype), k)
+    assert persistent["workspace"][:C.HEADER_BYTES].tobytes() == \
+        per_step["workspace"][:C.HEADER_BYTES].tobytes()
+    C.assert_close(C.workspace_values(case, dtype, persistent["workspace"]),
+                   C.workspace_values(case, dtype, per_step["workspace"]),
+                   1e-12 if dtype == "float64" else 1e-5, "workspace")
+    # deterministic: the same bits again
+    again = C.run_forward(mod, alloc, case, dtype, inp)
+    assert np.array_equal(again["workspace"], persistent["workspace"])
+
+
+FALLBACK_CASES = [
+    (C.Case("lstm", 1, 5, 3, "bidirectional", num_proj=2, batch=4), "projection"),
+    (C.Case("gru", 1, 5, 3, "unidirectional", time=2, batch=17), "batch above 16"),
+    # 4 gates x 34 units x 101 x 4 bytes of R rows: over the emulated 48 KiB per block
+    (C.Case("lstm", 1, 100, 3, "unidirectional", time=2, batch=2, lengths=(2, 1)),
+     "shared memory"),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("case,why", FALLBACK_CASES, ids=[w for _, w in FALLBACK_CASES])
+def test_persistent_falls_back_to_per_step(mod, alloc, rng, case, why, dtype):
+    assert _path(mod, case, dtype) == dict(path="per_step", blocks=0, units_per_block=0,
+                                           shared_bytes=0), why
+    C.check_case(mod, alloc, case, dtype, rng)
+
+
+def test_persistent_batch_threshold_and_switch(mod, monkeypatch):
+    case = C.Case("rnn_relu", 1, 5, 3, "unidirectional", time=2, batch=16)
+    assert _path(mod, case, "float32")["path"] == "persistent"
+    assert _path(mod, dataclasses.replace(case, batch=17), "float32")["path"] == "per_step"
+    monkeypatch.setenv(PERSISTENT_ENV, "0")
+    assert _path(mod, case, "float32")["path"] == "per_step"
+    monkeypatch.setenv(PERSISTENT_ENV, "1")  # anything but "0": automatic
+    assert _path(mod, case, "float32")["path"] == "persistent"
+    # shared memory per block: the R rows and h_prev, rows padded to H + 1 elements, then the
+    # partial sums of each dot product (split over S threads of the 256)
+    plan = _path(mod, case, "float64")
+    units = plan["units_per_block"]
+    outputs = 16 * 1 * units
+    splits = max(s for s in (1, 2, 4, 8, 16, 32) if outputs * s <= 256)
+    assert plan["shared_bytes"] == ((units + 16) * (5 + 1) + outputs * splits) * 8
+    for k, case in enumerate(CASES):  # the grid above takes the persistent path unless projected
+        want = "per_step" if case.num_proj else "persistent"
+        assert _path(mod, case, C.DTYPES[k % len(C.DTYPES)])["path"] == want, case.name

@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "cc/gpu/common.h"
 
@@ -50,6 +51,50 @@ class HostBackend {
           sum += Cast<A>(av) * Cast<A>(bv);
         }
         c[i + static_cast<int64_t>(j) * ldc] = Cast<Out>(sum);
+      }
+    }
+    return cudaSuccess;
+  }
+
+  // A small emulated device for persistent launches: few blocks, so the tests' small hidden
+  // sizes already split into several blocks with a partial last one, and the default 48 KiB of
+  // shared memory per block, so larger models take the fallback.
+  static constexpr int kEmulatedBlocks = 3;
+  static constexpr size_t kEmulatedSharedBytes = size_t{48} << 10;
+
+  template <typename F>
+  int PersistentCapacity(int threads, size_t shared_bytes) const {
+    return threads > 0 && shared_bytes <= kEmulatedSharedBytes ? kEmulatedBlocks : 0;
+  }
+
+  // Phase by phase (the grid barrier), every block with its own shared memory that survives
+  // across phases, its parts in order (the block barrier), every thread of a part. Blocks, and
+  // the threads of a part, run in ascending order in even phases and descending in odd ones:
+  // code that reads what another block (thread) writes in the same phase (part), a race on a
+  // GPU, then gets different values from phase to phase here too, which the tests would most
+  // likely see. Shared memory starts as 0xFF bytes (NaN): reading what was never written shows.
+  template <typename F>
+  cudaError_t Persistent(int blocks, int threads, size_t shared_bytes, int64_t phases, int parts,
+                         const F& f) const {
+    static_assert(std::is_trivially_copyable_v<F>, "functors travel to the device by value");
+    if (blocks > PersistentCapacity<F>(threads, shared_bytes)) {
+      return cudaErrorCooperativeLaunchTooLarge;
+    }
+    struct alignas(16) Chunk {  // 16-byte aligned like dynamic shared memory on a GPU
+      unsigned char bytes[16];
+    };
+    const size_t chunks = (shared_bytes + 15) / 16;
+    std::vector<std::vector<Chunk>> shared(blocks, std::vector<Chunk>(chunks));
+    for (auto& s : shared) std::memset(s.data(), 0xFF, chunks * sizeof(Chunk));
+    for (int64_t phase = 0; phase < phases; ++phase) {
+      const bool up = phase % 2 == 0;
+      for (int k = 0; k < blocks; ++k) {
+        const int block = up ? k : blocks - 1 - k;
+        for (int part = 0; part < parts; ++part) {
+          for (int i = 0; i < threads; ++i) {
+            f(block, up ? i : threads - 1 - i, phase, part, shared[block].data());
+          }
+        }
       }
     }
     return cudaSuccess;

@@ -17,6 +17,17 @@
 //                                                cuBLAS's column-major C = op(A)·op(B) (+ C)
 //   static constexpr size_t kBlasWorkspaceBytes  (scratch the engine reserves for cuBLAS)
 //   void SetBlasWorkspace(void* p)
+//   int PersistentCapacity<F>(int threads, size_t shared_bytes)
+//                                                how many blocks of a Persistent launch of F can
+//                                                be resident at once (0: no such launch)
+//   cudaError_t Persistent(int blocks, int threads, size_t shared_bytes, int64_t phases,
+//                          int parts, const F& f)
+//                                                one launch of `blocks` co-resident blocks that
+//                                                runs f(block, thread, phase, part, shared) for
+//                                                every phase and part in order: a grid-wide
+//                                                barrier between phases, a block barrier between
+//                                                parts; `shared` is the block's dynamic shared
+//                                                memory and lives for the whole launch
 // Nothing here includes TensorFlow. Device code: no exceptions, no allocation; every buffer
 // comes from the caller (one scratch block whose size the engine reports up front).
 #ifndef TF_LSTM_OPS_CC_GPU_COMMON_H_

@@ -13,6 +13,9 @@
 // dR, dPmat, dx and the biases as whole-sequence GEMMs (the biases as GEMMs with a ones vector:
 // deterministic, no atomics anywhere). Everything is computed in Acc<T> (float, or double for
 // double): params, inputs and states are converted once, and the outputs rounded once.
+// Small batches without a projection run the forward recurrence instead as one persistent
+// launch per pseudo-layer (PersistentForwardFn, PlanPersistent: R on chip for every step), when
+// it fits on the device; backward is always per step.
 // The two directions of a layer run one after the other on the one stream; they are independent
 // and could run on two streams (not done: it would need events and a second cuBLAS workspace).
 //
@@ -21,7 +24,9 @@
 #ifndef TF_LSTM_OPS_CC_GPU_CUDNN_RNN_ENGINE_H_
 #define TF_LSTM_OPS_CC_GPU_CUDNN_RNN_ENGINE_H_
 
+#include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -177,6 +182,111 @@ struct ProjSelectFn {
   int64_t t, Hr;
   TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
     if (t < len[i / Hr]) h_out[i] = proj[i];
+  }
+};
+
+// ---- forward, persistent (small batches) ------------------------------------------------------
+
+// The recurrence of one pseudo-layer without a projection (Hr == H) as one persistent launch:
+// phase `step` is one step; block k owns units [k*U, k*U + U) of every gate and keeps their rows
+// of R in shared memory for the whole sequence. Per step:
+//   part 0  stage h_prev [B, H] in shared memory (at step 0 also load the block's rows of R);
+//   part 1  the dot products R_row·h_prev[b] for every (row b, gate, unit), each split over S
+//           threads (k = s, s + S, ...; S fills the block when B·rows is small) into partial
+//           sums in shared memory;
+//   part 2  each dot product as its partial sums added in the order s = 0..S-1 (fixed:
+//           deterministic, no atomics), into the block's columns of `rec` [B, G];
+//   part 3  the per-step path's step functor on the block's units (it reads only their columns).
+// h passes from step to step through the workspace (global memory), behind the grid barrier.
+// Shared memory, in A: the R rows [gates*U][H+1], h_prev [B][H+1] (the odd row stride keeps
+// threads that read different rows at the same k on different banks), the partial sums
+// [B*gates*U][S].
+template <typename A, typename Math>
+struct PersistentForwardFn {
+  static constexpr int kParts = 4;
+  static constexpr int64_t kMaxSplits = 32;
+  const A *r, *xw, *bias_w, *bias_r, *h0, *c0;  // r [G, H]; xw [T, B, G]; c0 LSTM only
+  A *h, *c, *gates, *rec;                       // workspace sequences; rec [B, G] scratch
+  const int32_t* len;
+  int64_t time, batch, H, dir;
+  int64_t gates_per_unit, units, threads;  // gates of the mode (4, 3, 1), U, block size
+  RnnMode mode;
+  int64_t splits;  // S = Splits(batch * gates_per_unit * units, threads)
+
+  // The largest power of two up to kMaxSplits that gives every (output, split) its own thread.
+  static int64_t Splits(int64_t outputs, int64_t threads) {
+    int64_t splits = 1;
+    while (splits < kMaxSplits && outputs * splits * 2 <= threads) splits *= 2;
+    return splits;
+  }
+  static int64_t SharedElements(int64_t gates_per_unit, int64_t units, int64_t H, int64_t batch,
+                                int64_t threads) {
+    const int64_t outputs = batch * gates_per_unit * units;
+    return (gates_per_unit * units + batch) * (H + 1) + outputs * Splits(outputs, threads);
+  }
+
+  TF_LSTM_HOST_DEVICE void operator()(int block, int thread, int64_t step, int part,
+                                      void* shared) const {
+    const int64_t ld = H + 1, G = gates_per_unit * H, rows = gates_per_unit * units;
+    const int64_t j0 = block * units;
+    const int64_t units_here = H - j0 < units ? H - j0 : units;  // the last block may have fewer
+    A* r_rows = static_cast<A*>(shared);
+    A* h_shared = r_rows + rows * ld;
+    A* partial = h_shared + batch * ld;
+    const A* h_prev = step == 0 ? h0 : h + TimeOf(dir, step - 1, time) * batch * H;
+    if (part == 0) {
+      if (step == 0) {  // row g*U + u of the block is row g*H + j0 + u of R
+        for (int64_t row = 0; row < rows; ++row) {
+          const int64_t g = row / units, u = row % units;
+          if (u >= units_here) continue;
+          const A* src = r + (g * H + j0 + u) * H;
+          for (int64_t k = thread; k < H; k += threads) r_rows[row * ld + k] = src[k];
+        }
+      }
+      for (int64_t b = 0; b < batch; ++b) {
+        for (int64_t k = thread; k < H; k += threads) h_shared[b * ld + k] = h_prev[b * H + k];
+      }
+    } else if (part == 1) {
+      for (int64_t i = thread; i < batch * rows * splits; i += threads) {
+        const int64_t o = i / splits, s = i % splits, row = o % rows;
+        if (row % units >= units_here) continue;
+        const A* hb = h_shared + (o / rows) * ld;
+        const A* rr = r_rows + row * ld;
+        A sum = A(0);
+        for (int64_t k = s; k < H; k += splits) sum += hb[k] * rr[k];
+        partial[i] = sum;
+      }
+    } else if (part == 2) {
+      for (int64_t o = thread; o < batch * rows; o += threads) {
+        const int64_t b = o / rows, row = o % rows, g = row / units, u = row % units;
+        if (u >= units_here) continue;
+        A sum = partial[o * splits];
+        for (int64_t s = 1; s < splits; ++s) sum += partial[o * splits + s];
+        rec[b * G + g * H + j0 + u] = sum;
+      }
+    } else {
+      const int64_t t = TimeOf(dir, step, time);
+      const A* xw_t = xw + t * batch * G;
+      A* h_out = h + t * batch * H;
+      A* saved = gates + t * batch * kSavedGates * H;
+      for (int64_t i = thread; i < batch * units_here; i += threads) {
+        const int64_t at = (i / units_here) * H + j0 + i % units_here;  // b*H + j
+        switch (mode) {
+          case RnnMode::kLstm: {
+            const A* c_prev = step == 0 ? c0 : c + TimeOf(dir, step - 1, time) * batch * H;
+            LstmStepFn<A, Math>{xw_t,  rec,   bias_w, bias_r, h_prev, c_prev,
+                                h_out, c + t * batch * H, h_out, saved, len, t, H, H}(at);
+            break;
+          }
+          case RnnMode::kGru:
+            GruStepFn<A, Math>{xw_t, rec, bias_w, bias_r, h_prev, h_out, saved, len, t, H}(at);
+            break;
+          default:
+            SimpleStepFn<A, Math>{xw_t, rec,      bias_w, bias_r, h_prev,
+                                  h_out, len, t, H, mode == RnnMode::kRnnRelu}(at);
+        }
+      }
+    }
   }
 };
 
@@ -547,22 +657,81 @@ struct RnnEngine {
     }
   };
 
+  // ---- forward, persistent path ---------------------------------------------------------------
+
+  // Batches up to this size run each pseudo-layer's recurrence as one persistent launch (R in
+  // shared memory, a grid barrier per step) when the model qualifies and it fits on the device;
+  // otherwise, and for larger batches, every step is a GEMM and a kernel. Small batches make
+  // those launch-bound; larger ones use the GEMM's tensor-core throughput better. Backward
+  // always runs per step.
+  static constexpr int64_t kPersistentMaxBatch = 16;
+  static constexpr int kPersistentThreads = 256;
+  using PersistentFn = rnn_detail::PersistentForwardFn<A, Math>;
+
+  // The persistent launch's grid: `blocks` blocks of `units` hidden units each (blocks == 0: the
+  // per-step path).
+  struct PersistentPlan {
+    int blocks = 0;
+    int64_t units = 0;
+    size_t shared_bytes = 0;
+  };
+
+  // Test-only switch (documented in tests/test_gpu_rnn_engine.py): TF_LSTM_OPS_RNN_PERSISTENT=0
+  // takes the per-step path always, so the tests can compare the two paths.
+  static bool PersistentDisabled() {
+    const char* value = std::getenv("TF_LSTM_OPS_RNN_PERSISTENT");
+    return value != nullptr && std::strcmp(value, "0") == 0;
+  }
+
+  // Qualifies: no projection, 1 <= batch <= kPersistentMaxBatch, and a grid whose blocks are all
+  // resident at once (a cooperative launch), each holding its rows of R and h_prev in shared
+  // memory. Takes the fewest units per block that fit: the most blocks, the least shared memory.
+  static PersistentPlan PlanPersistent(const Backend& be, const RnnModel& m, const RnnRun& run) {
+    const int64_t B = run.batch, H = m.num_units, gates = m.gates();
+    if (m.has_proj() || B < 1 || B > kPersistentMaxBatch || H < 1 || run.time < 1 ||
+        PersistentDisabled()) {
+      return {};
+    }
+    for (int64_t units = 1; units <= H;) {
+      const size_t bytes = static_cast<size_t>(PersistentFn::SharedElements(
+                               gates, units, H, B, kPersistentThreads)) * sizeof(A);
+      if (bytes > static_cast<size_t>(INT_MAX)) return {};
+      const int capacity =
+          be.template PersistentCapacity<PersistentFn>(kPersistentThreads, bytes);
+      if (capacity <= 0) return {};  // more units per block only need more shared memory
+      const int64_t blocks = (H + units - 1) / units;
+      if (blocks <= capacity) return {static_cast<int>(blocks), units, bytes};
+      units = std::max<int64_t>(units + 1, (H + capacity - 1) / capacity);
+    }
+    return {};
+  }
+
+  // The recurrence of ForwardLayer as one persistent launch. cudaErrorCooperativeLaunchTooLarge
+  // (nothing ran) when the grid did not fit after all.
+  static cudaError_t ForwardRecurrencePersistent(Backend& be, const RnnModel& m,
+                                                 const RnnRun& run, const PersistentPlan& plan,
+                                                 const Layer& pl, const int32_t* len,
+                                                 const ForwardBuffers& f) {
+    const int64_t splits =
+        PersistentFn::Splits(run.batch * m.gates() * plan.units, kPersistentThreads);
+    const PersistentFn fn{pl.r,      f.xw,      pl.bias_w,   pl.bias_r, pl.h0,
+                          pl.c0,     pl.h,      pl.c,        pl.gates,  f.rec,
+                          len,       run.time,  run.batch,   m.num_units, pl.dir,
+                          m.gates(), plan.units, kPersistentThreads, m.mode, splits};
+    return be.Persistent(plan.blocks, kPersistentThreads, plan.shared_bytes, run.time,
+                         PersistentFn::kParts, fn);
+  }
+
   // ---- forward -------------------------------------------------------------------------------
 
-  static cudaError_t ForwardLayer(Backend& be, const RnnModel& m, const RnnRun& run,
-                                  const Layer& pl, const int32_t* len, const A* x,
-                                  const ForwardBuffers& f, A* y) {
+  // The recurrence of ForwardLayer, a GEMM (R·h) and a fused element-wise kernel per step.
+  static cudaError_t ForwardRecurrencePerStep(Backend& be, const RnnModel& m, const RnnRun& run,
+                                              const Layer& pl, const int32_t* len,
+                                              const ForwardBuffers& f) {
     using namespace rnn_detail;  // NOLINT
     const int64_t T_ = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
-    const int64_t G = m.gate_width(), D = m.num_dirs, rows = T_ * B;
+    const int64_t G = m.gate_width();
     const bool has_len = run.seq_lengths != nullptr;
-    // Input projection of every step: one GEMM (or the skip-input broadcast).
-    if (!m.skips(pl.layer)) {
-      TF_LSTM_GPU_RETURN_IF_ERROR(
-          Gemm(be, false, true, rows, G, pl.in_width, x, pl.w, false, f.xw));
-    } else {
-      TF_LSTM_GPU_RETURN_IF_ERROR(be.ForEach(rows * G, SkipProjectionFn<A>{x, f.xw, H, G}));
-    }
     for (int64_t step = 0; step < T_; ++step) {
       const int64_t t = TimeOf(pl.dir, step, T_);
       const A* h_prev = pl.h_before(m, step, T_, B);
@@ -599,6 +768,30 @@ struct RnnEngine {
                                            t, H, m.mode == RnnMode::kRnnRelu}));
       }
     }
+    return cudaSuccess;
+  }
+
+  static cudaError_t ForwardLayer(Backend& be, const RnnModel& m, const RnnRun& run,
+                                  const PersistentPlan& plan, const Layer& pl,
+                                  const int32_t* len, const A* x, const ForwardBuffers& f,
+                                  A* y) {
+    using namespace rnn_detail;  // NOLINT
+    const int64_t T_ = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
+    const int64_t G = m.gate_width(), D = m.num_dirs, rows = T_ * B;
+    // Input projection of every step: one GEMM (or the skip-input broadcast).
+    if (!m.skips(pl.layer)) {
+      TF_LSTM_GPU_RETURN_IF_ERROR(
+          Gemm(be, false, true, rows, G, pl.in_width, x, pl.w, false, f.xw));
+    } else {
+      TF_LSTM_GPU_RETURN_IF_ERROR(be.ForEach(rows * G, SkipProjectionFn<A>{x, f.xw, H, G}));
+    }
+    // The persistent launch where planned; per step when not, or when it did not fit after all.
+    cudaError_t status = cudaErrorCooperativeLaunchTooLarge;
+    if (plan.blocks > 0) status = ForwardRecurrencePersistent(be, m, run, plan, pl, len, f);
+    if (status == cudaErrorCooperativeLaunchTooLarge) {
+      status = ForwardRecurrencePerStep(be, m, run, pl, len, f);
+    }
+    TF_LSTM_GPU_RETURN_IF_ERROR(status);
     // This direction's half of the layer output.
     return be.ForEach(rows * Hr, LayerOutputFn<A>{pl.h, y, len, B, Hr, D * Hr, pl.dir});
   }
@@ -629,6 +822,7 @@ struct RnnEngine {
     const WorkspaceLayout lay(m, run, dropout.active(m));
     A* ws = reinterpret_cast<A*>(workspace + sizeof(RnnReserveHeader));
 
+    const PersistentPlan plan = PlanPersistent(be, m, run);  // the same for every layer
     const A *P, *x0, *h0, *c0 = nullptr;
     TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, params, CheckedParamsSize(m), f.params, &P));
     TF_LSTM_GPU_RETURN_IF_ERROR(ToTimeMajor(be, run, m.input_size, input, f.x, &x0));
@@ -651,7 +845,7 @@ struct RnnEngine {
       for (int64_t dir = 0; dir < D; ++dir) {
         const int64_t p = l * D + dir;
         const Layer pl(m, p, P, ws, lay, h0, c0, B);
-        TF_LSTM_GPU_RETURN_IF_ERROR(ForwardLayer(be, m, run, pl, f.len, x, f, y));
+        TF_LSTM_GPU_RETURN_IF_ERROR(ForwardLayer(be, m, run, plan, pl, f.len, x, f, y));
         // Final state: after the last processed step (rows past their end held it there).
         const int64_t t_last = TimeOf(dir, T_ - 1, T_);
         TF_LSTM_GPU_RETURN_IF_ERROR(

@@ -23,6 +23,12 @@ cudaError_t RnnForward(cudaStream_t stream, const RnnModel& m, const RnnRun& run
 }
 
 template <typename T>
+RnnForwardPath RnnForwardPathOf(const RnnModel& m, const RnnRun& run) {
+  const auto plan = RnnEngine<CudaBackend, T>::PlanPersistent(CudaBackend(nullptr), m, run);
+  return RnnForwardPath{plan.blocks, plan.units, plan.shared_bytes};
+}
+
+template <typename T>
 size_t RnnBackwardScratchBytes(const RnnModel& m, const RnnRun& run) {
   return RnnEngine<CudaBackend, T>::BackwardScratchBytes(m, run);
 }
@@ -47,6 +53,7 @@ cudaError_t RnnBackward(cudaStream_t stream, const RnnModel& m, const RnnRun& ru
   template cudaError_t RnnForward<T>(cudaStream_t, const RnnModel&, const RnnRun&,              \
                                      const RnnDropout&, const T*, const T*, const T*, const T*, \
                                      T*, T*, T*, uint8_t*, void*);                              \
+  template RnnForwardPath RnnForwardPathOf<T>(const RnnModel&, const RnnRun&);                  \
   template size_t RnnBackwardScratchBytes<T>(const RnnModel&, const RnnRun&);                   \
   template cudaError_t RnnBackward<T>(cudaStream_t, const RnnModel&, const RnnRun&,             \
                                       const RnnReserveHeader&, const T*, const T*, const T*,    \

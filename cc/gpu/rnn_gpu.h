@@ -85,6 +85,19 @@ cudaError_t RnnForward(cudaStream_t stream, const RnnModel& m, const RnnRun& run
                        const T* input_c, const T* params, T* output, T* output_h, T* output_c,
                        uint8_t* workspace, void* scratch);
 
+// Which path RnnForward's recurrence takes for this model and run on the current device (for
+// reports, e.g. the GPU self-test): blocks > 0 is one persistent launch per pseudo-layer of
+// `blocks` blocks of `units_per_block` hidden units and `shared_bytes` of shared memory each
+// (small batches without a projection, when it fits); blocks == 0 is a GEMM and a kernel per
+// step. Backprop always runs per step.
+struct RnnForwardPath {
+  int blocks;
+  int64_t units_per_block;
+  size_t shared_bytes;
+};
+template <typename T>
+RnnForwardPath RnnForwardPathOf(const RnnModel& m, const RnnRun& run);
+
 // Backprop. `expected` is the header the matching forward must have written (the caller builds
 // it with MakeReserveHeader from this call's model, run and dropout): the reserve space's
 // header is compared with it on the device, and on a mismatch every output is NaN (telling the

@@ -35,7 +35,9 @@ With --backend cuda (the default; needs nvcc, pybind11, NumPy and PyTorch with C
      = 8*B*H*(I+H)*T FLOP, GRU 6*..., backward = 2 x forward), torch/ours time ratios (> 1: ours
      is faster) and the largest relative difference of our output, dx and dparams from torch's.
      Ours fwd+bwd = engine forward (training, reserve space) + engine backward with given output
-     gradients; torch's = forward + autograd of the same cotangents.
+     gradients; torch's = forward + autograd of the same cotangents. CudnnRNN rows whose forward
+     recurrence ran as the persistent kernel (batch <= 16) say so, with the per-step forward's
+     time for comparison (TF_LSTM_OPS_RNN_PERSISTENT=0, the engine's test-only switch).
 
 With --backend host it builds the module (for sm_80 unless --arch: the tests' build, reused) and
 runs the two engine suites and the bitwise-repeat checks of 3 on the engines' host backend with

@@ -185,6 +185,29 @@ void RegisterRnn(py::module_& mod) {
       py::arg("backend"), py::arg("dtype"), TF_LSTM_RNN_MODEL_PYARGS, py::arg("dropout") = 0.0);
 
   mod.def(
+      "rnn_forward_path",
+      [](const std::string& backend, const std::string& dtype, TF_LSTM_RNN_MODEL_ARGS) {
+        const bool cuda = IsCuda(backend);
+        const RnnCall c(TF_LSTM_RNN_MODEL_VALUES);
+        const RnnForwardPath path = WithDtype(dtype, [&](auto tag) -> RnnForwardPath {
+          using T = decltype(tag);
+          if (cuda) return RnnForwardPathOf<T>(c.m, c.run);
+          const auto plan = RnnEngine<HostBackend, T>::PlanPersistent(HostBackend(), c.m, c.run);
+          return RnnForwardPath{plan.blocks, plan.units, plan.shared_bytes};
+        });
+        py::dict d;
+        d["path"] = path.blocks > 0 ? "persistent" : "per_step";
+        d["blocks"] = path.blocks;
+        d["units_per_block"] = path.units_per_block;
+        d["shared_bytes"] = path.shared_bytes;
+        return d;
+      },
+      py::arg("backend"), py::arg("dtype"), TF_LSTM_RNN_MODEL_PYARGS,
+      "RnnForwardPathOf: the forward recurrence's path (persistent or per_step) and, when "
+      "persistent, its grid: blocks, units_per_block, shared_bytes. Honours the test-only "
+      "TF_LSTM_OPS_RNN_PERSISTENT=0 (always per_step).");
+
+  mod.def(
       "rnn_backward_scratch_bytes",
       [](const std::string& backend, const std::string& dtype, TF_LSTM_RNN_MODEL_ARGS) {
         const bool cuda = IsCuda(backend);

@@ -561,8 +561,7 @@ class BenchProblem:
         lstm = self.mode == "lstm"
         with torch.no_grad():
             params = torch_params_flat(torch, self.cfg, self.params).contiguous()
-        kw = dict(mode=self.mode, num_layers=1, num_units=H, input_size=I, num_proj=0,
-                  num_dirs=1, skip_input=False, time=T, batch=B, time_major=True, lengths=None)
+        kw = self.engine_kwargs()
         d = self.dtype
         out = alloc.empty((T, B, H), d)
         out_h = alloc.empty((1, B, H), d)
@@ -597,6 +596,12 @@ class BenchProblem:
                         params_backprop=dp)
 
         return forward, backward, results
+
+    def engine_kwargs(self):
+        """The CudnnRNN engine's model and run fields (rnn_checks.Case.model_kwargs())."""
+        return dict(mode=self.mode, num_layers=1, num_units=self.H, input_size=self.I,
+                    num_proj=0, num_dirs=1, skip_input=False, time=self.T, batch=self.B,
+                    time_major=True, lengths=None)
 
     # ---- ours: BlockLSTMV2 ----
     def block_lstm(self, module, alloc):
@@ -688,6 +693,21 @@ def bench_size(torch, module, alloc, timer, device, precision, mode, T, B, I, H,
             bwd()
 
         o_fb = timer.median_ms(both, warmup, repeat)
+        # CudnnRNN's forward recurrence: persistent (small batches) or per step; when
+        # persistent, the per-step forward too, for comparison (the engine's test-only switch)
+        path, per_step_fwd = None, None
+        if not block:
+            path = module.rnn_forward_path(alloc.backend, dtype, **prob.engine_kwargs())["path"]
+            if path == "persistent":
+                saved = os.environ.get(PERSISTENT_ENV)
+                os.environ[PERSISTENT_ENV] = "0"
+                try:
+                    per_step_fwd = timer.median_ms(fwd, warmup, repeat)
+                finally:
+                    if saved is None:
+                        del os.environ[PERSISTENT_ENV]
+                    else:
+                        os.environ[PERSISTENT_ENV] = saved
         both()
         timer.sync()
         diff = _bench_diff(torch, results(), outs, grads, prob, block)
@@ -696,11 +716,15 @@ def bench_size(torch, module, alloc, timer, device, precision, mode, T, B, I, H,
                    ours_fwd_gflops=flops / o_fwd / 1e6, ours_fb_gflops=3 * flops / o_fb / 1e6,
                    torch_fwd_gflops=flops / t_fwd / 1e6, torch_fb_gflops=3 * flops / t_fb / 1e6,
                    ratio_fwd=t_fwd / o_fwd, ratio_fb=t_fb / o_fb, max_rel_diff=diff,
-                   diff_ok=bool(diff <= BENCH_DIFF[precision]))
+                   diff_ok=bool(diff <= BENCH_DIFF[precision]), path=path,
+                   per_step_fwd_ms=per_step_fwd)
         rows.append(row)
         log(format_bench_row(row))
     return rows
 
+
+# The CudnnRNN engine's test-only switch: "0" makes the forward recurrence run per step.
+PERSISTENT_ENV = "TF_LSTM_OPS_RNN_PERSISTENT"
 
 BENCH_HEADER = ("%-5s %-16s %4s %4s %5s %5s | %9s %9s %8s | %9s %9s %8s | %6s %6s | %s" % (
     "prec", "engine", "T", "B", "I", "H", "fwd ms", "f+b ms", "GFLOP/s", "torch fwd", "torch f+b",
@@ -713,4 +737,6 @@ def format_bench_row(r):
         r["precision"], r["engine"], r["T"], r["B"], r["I"], r["H"], r["ours_fwd_ms"],
         r["ours_fb_ms"], r["ours_fb_gflops"], r["torch_fwd_ms"], r["torch_fb_ms"],
         r["torch_fb_gflops"], r["ratio_fwd"], r["ratio_fb"], r["max_rel_diff"],
-        "" if r["diff_ok"] else "  <-- too large")
+        "" if r["diff_ok"] else "  <-- too large") + (
+        "  persistent fwd (per step: %.3f ms)" % r["per_step_fwd_ms"]
+        if r.get("path") == "persistent" else "")
