@@ -37,7 +37,25 @@ template <typename A>
 void PackedBlock(int64_t m, int64_t n, int64_t k, const A* a, int64_t lda, const A* packed,
                  bool accumulate, A* c, int64_t ldc);
 
-// The instruction set the blocks run with on this CPU ("avx512", "avx2", "avx" or "generic").
+// bfloat16 operands (their bits, as uint16_t) packed for a dot-product instruction: panels of
+// kPanelWidth columns as above, each row pair (2q, 2q + 1) stored interleaved
+// ([k/2][kPanelWidth][2], k rounded up to even and zero-padded), PackedSizeBf16(k, n) values.
+inline int64_t PackedSizeBf16(int64_t k, int64_t n) { return (k + 1) / 2 * 2 * PaddedCols(n); }
+void PackPanelsBf16(bool trans_b, int64_t k, int64_t n, const uint16_t* b, int64_t ldb,
+                    uint16_t* packed);
+
+// Whether this CPU has a bf16 dot product (AVX512-BF16) for PackedBlockBf16. Without it the
+// callers convert bf16 to fp32 and use the fp32 blocks instead.
+bool HasBf16Dot();
+
+// C[m,n] = A·B (+ C) for bf16 A (row-major, lda) and B (packed by PackPanelsBf16), fp32 C; the
+// products are exact and summed in fp32 in increasing k (two at a time). Requires HasBf16Dot()
+// (otherwise a slow portable loop runs) and m, n, k > 0.
+void PackedBlockBf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+                     const uint16_t* packed, bool accumulate, float* c, int64_t ldc);
+
+// The instruction set the blocks run with on this CPU ("avx512_bf16" (AVX-512 with the bf16
+// dot product), "avx512", "avx2", "avx" or "generic").
 const char* IsaName();
 
 }  // namespace gemm

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 namespace tf_lstm_ops {
@@ -18,6 +19,10 @@ namespace gemm {
                    bool accumulate, A* c, int64_t ldc);                                          \
   }
 #if defined(__x86_64__)
+namespace avx512_bf16 {
+void PackedBlockBf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+                     const uint16_t* packed, bool accumulate, float* c, int64_t ldc);
+}
 TF_LSTM_DECLARE_ISA(avx512)
 TF_LSTM_DECLARE_ISA(avx2)
 TF_LSTM_DECLARE_ISA(avx)
@@ -28,18 +33,19 @@ TF_LSTM_DECLARE_ISA(generic)
 
 namespace {
 
-enum class Isa { kAvx512, kAvx2, kAvx, kGeneric };
+enum class Isa { kAvx512Bf16, kAvx512, kAvx2, kAvx, kGeneric };
 
 Isa Detect() {
 #if defined(__x86_64__)
-  // TF_LSTM_OPS_CPU_ISA=avx2|avx caps the choice, so that the tests run every build's code on
-  // one machine (it never raises it above what the CPU has).
+  // TF_LSTM_OPS_CPU_ISA=avx512|avx2|avx caps the choice, so that the tests run every build's
+  // code on one machine (it never raises it above what the CPU has).
   const char* cap_env = std::getenv("TF_LSTM_OPS_CPU_ISA");
   const std::string cap = cap_env == nullptr ? "" : cap_env;
   __builtin_cpu_init();
   if (cap != "avx2" && cap != "avx" && __builtin_cpu_supports("avx512f") &&
       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl")) {
+    if (cap != "avx512" && __builtin_cpu_supports("avx512bf16")) return Isa::kAvx512Bf16;
     return Isa::kAvx512;
   }
   if (cap != "avx" && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
@@ -63,6 +69,7 @@ void Block(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const A*
            const A* b, int64_t ldb, bool accumulate, A* c, int64_t ldc) {
 #if defined(__x86_64__)
   switch (Selected()) {
+    case Isa::kAvx512Bf16:
     case Isa::kAvx512:
       return avx512::Block(trans_a, trans_b, m, n, k, a, lda, b, ldb, accumulate, c, ldc);
     case Isa::kAvx2:
@@ -80,6 +87,7 @@ void PackedBlock(int64_t m, int64_t n, int64_t k, const A* a, int64_t lda, const
                  bool accumulate, A* c, int64_t ldc) {
 #if defined(__x86_64__)
   switch (Selected()) {
+    case Isa::kAvx512Bf16:
     case Isa::kAvx512:
       return avx512::PackedBlock(m, n, k, a, lda, packed, accumulate, c, ldc);
     case Isa::kAvx2:
@@ -131,8 +139,62 @@ template void Block<float>(bool, bool, int64_t, int64_t, int64_t, const float*, 
 template void Block<double>(bool, bool, int64_t, int64_t, int64_t, const double*, int64_t,
                             const double*, int64_t, bool, double*, int64_t);
 
+bool HasBf16Dot() { return Selected() == Isa::kAvx512Bf16; }
+
+void PackPanelsBf16(bool trans_b, int64_t k, int64_t n, const uint16_t* b, int64_t ldb,
+                    uint16_t* packed) {
+  const int64_t pairs = (k + 1) / 2;
+  for (int64_t c0 = 0; c0 < n; c0 += kPanelWidth) {
+    uint16_t* panel = packed + c0 * pairs * 2;
+    const int64_t cols = std::min<int64_t>(kPanelWidth, n - c0);
+    for (int64_t q = 0; q < pairs; ++q) {
+      uint16_t* row = panel + q * 2 * kPanelWidth;  // [kPanelWidth][2]
+      std::fill(row, row + 2 * kPanelWidth, uint16_t{0});
+      for (int64_t half = 0; half < 2 && 2 * q + half < k; ++half) {
+        const int64_t p = 2 * q + half;
+        for (int64_t j = 0; j < cols; ++j) {
+          row[2 * j + half] = trans_b ? b[(c0 + j) * ldb + p] : b[p * ldb + c0 + j];
+        }
+      }
+    }
+  }
+}
+
+namespace {
+float Bf16ToFloat(uint16_t bits) {
+  const uint32_t wide = uint32_t{bits} << 16;
+  float value;
+  std::memcpy(&value, &wide, sizeof(value));
+  return value;
+}
+}  // namespace
+
+void PackedBlockBf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+                     const uint16_t* packed, bool accumulate, float* c, int64_t ldc) {
+#if defined(__x86_64__)
+  if (HasBf16Dot()) {
+    return avx512_bf16::PackedBlockBf16(m, n, k, a, lda, packed, accumulate, c, ldc);
+  }
+#endif
+  // Portable loops (the kernels only call this with HasBf16Dot(); kept correct regardless).
+  const int64_t pairs = (k + 1) / 2;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      const uint16_t* col = packed + j / kPanelWidth * pairs * 2 * kPanelWidth +
+                            j % kPanelWidth * 2;
+      float sum = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        sum += Bf16ToFloat(a[i * lda + p]) * Bf16ToFloat(col[p / 2 * 2 * kPanelWidth + p % 2]);
+      }
+      c[i * ldc + j] = accumulate ? c[i * ldc + j] + sum : sum;
+    }
+  }
+}
+
 const char* IsaName() {
   switch (Selected()) {
+    case Isa::kAvx512Bf16:
+      return "avx512_bf16";
     case Isa::kAvx512:
       return "avx512";
     case Isa::kAvx2:

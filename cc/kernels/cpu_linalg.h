@@ -165,13 +165,13 @@ inline std::vector<int64_t> UnitSlices(int64_t width, int64_t max_slices) {
   return bounds;
 }
 
-// A time loop's recurrent weights packed once per unit slice for gemm::PackedBlock, so that a
-// slice's per-step product streams one pre-packed operand (Eigen would repack the weights on
-// every step). The source matrix is [rows, gates·width] with element (k, g·width + j) at
-// src[k·row_stride + (g·width + j)·col_stride]; one of the strides is 1. Slice u (units
-// [j0, j0 + n) of `bounds`) gets the operand [rows, gates·gate_cols(u)]: for each gate in order,
-// its n columns, zero-padded to gate_cols(u) = gemm::PaddedCols(n) (so a product's output row
-// has the same padded gate blocks).
+// A time loop's recurrent weights packed once per unit slice for gemm::PackedBlock (or, as bf16
+// bits (uint16_t), for gemm::PackedBlockBf16), so that a slice's per-step product streams one
+// pre-packed operand (Eigen would repack the weights on every step). The source matrix is
+// [rows, gates·width] with element (k, g·width + j) at src[k·row_stride + (g·width + j)·col_stride];
+// one of the strides is 1. Slice u (units [j0, j0 + n) of `bounds`) gets the operand
+// [rows, gates·gate_cols(u)]: for each gate in order, its n columns, zero-padded to
+// gate_cols(u) = gemm::PaddedCols(n) (so a product's output row has the same padded gate blocks).
 class SlicePacking {
  public:
   SlicePacking(std::vector<int64_t> bounds, int64_t rows, int gates)
@@ -184,33 +184,85 @@ class SlicePacking {
   // Slice u's first column in the row of all slices' padded outputs, and that row's width.
   int64_t col0(size_t u) const { return col0_[u]; }
   int64_t total_cols() const { return col0_.back(); }
-  int64_t size() const { return rows_ * total_cols(); }  // of the packed operands, all slices
-  template <typename A>
-  const A* slice(const A* packed, size_t u) const { return packed + rows_ * col0_[u]; }
+  // Values of S in the packed operands of all slices (S: float, double, or uint16_t for bf16).
+  template <typename S = float>
+  int64_t size() const {
+    return packed_rows<S>() * total_cols();
+  }
+  template <typename S>
+  const S* slice(const S* packed, size_t u) const {
+    return packed + packed_rows<S>() * col0_[u];
+  }
 
-  template <typename A>
-  void Pack(const CPUDevice& d, int64_t width, const A* src, int64_t row_stride,
-            int64_t col_stride, A* packed) const {
+  template <typename S>
+  void Pack(const CPUDevice& d, int64_t width, const S* src, int64_t row_stride,
+            int64_t col_stride, S* packed) const {
     const bool trans = col_stride != 1;  // then row_stride == 1: columns are contiguous
     const int64_t ld = trans ? col_stride : row_stride;
     const int64_t tasks = slices() * int64_t{gates_};
-    ParallelFor(d, tasks, rows_ * 16.0 * sizeof(A), rows_ * 16.0, [&](int64_t begin, int64_t end) {
+    ParallelFor(d, tasks, rows_ * 16.0 * sizeof(S), rows_ * 16.0, [&](int64_t begin, int64_t end) {
       for (int64_t task = begin; task < end; ++task) {
         const int64_t u = task / gates_, g = task % gates_;
         const int64_t j0 = bounds_[u], n = bounds_[u + 1] - j0;
         if (n == 0) continue;
-        gemm::PackPanels(trans, rows_, n, src + (g * width + j0) * (trans ? ld : 1), ld,
-                         packed + rows_ * (col0_[u] + g * gate_cols(u)));
+        const S* gate_src = src + (g * width + j0) * (trans ? ld : 1);
+        S* dst = packed + packed_rows<S>() * (col0_[u] + g * gate_cols(u));
+        if constexpr (std::is_same_v<S, uint16_t>) {
+          gemm::PackPanelsBf16(trans, rows_, n, gate_src, ld, dst);
+        } else {
+          gemm::PackPanels(trans, rows_, n, gate_src, ld, dst);
+        }
       }
     });
   }
 
  private:
+  template <typename S>
+  int64_t packed_rows() const {  // bf16 rows go in pairs
+    return std::is_same_v<S, uint16_t> ? (rows_ + 1) / 2 * 2 : rows_;
+  }
+
   std::vector<int64_t> bounds_;
   int64_t rows_;
   int gates_;
   std::vector<int64_t> col0_;
 };
+
+// bf16 products with AVX512-BF16 (gemm::HasBf16Dot()): B [k, n] row-major (ldb) packed once
+// across the pool, and C[m,n] = A·B (fp32, row-major, contiguous) for bf16 A [m,k] (lda), split
+// into row shards.
+inline void PackBf16(const CPUDevice& d, int64_t k, int64_t n, const uint16_t* b, int64_t ldb,
+                     uint16_t* packed) {
+  const int64_t panels = gemm::PaddedCols(n) / gemm::kPanelWidth;
+  const int64_t panel_size = gemm::PackedSizeBf16(k, gemm::kPanelWidth);
+  ParallelFor(d, panels, k * 64.0, k * 16.0, [&](int64_t begin, int64_t end) {
+    for (int64_t q = begin; q < end; ++q) {
+      const int64_t c0 = q * gemm::kPanelWidth;
+      gemm::PackPanelsBf16(false, k, std::min<int64_t>(gemm::kPanelWidth, n - c0), b + c0, ldb,
+                           packed + q * panel_size);
+    }
+  });
+}
+inline void GemmBf16(const CPUDevice& d, int64_t m, int64_t n, int64_t k, const uint16_t* a,
+                     int64_t lda, const uint16_t* packed, float* c) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) return Fill(d, c, m * n, 0.0f);
+  constexpr int64_t kRowsPerUnit = 6;  // the kernel's row tile
+  const int64_t units = (m + kRowsPerUnit - 1) / kRowsPerUnit;
+  const int64_t shards = std::max<int64_t>(
+      1, std::min<int64_t>({static_cast<int64_t>(d.numThreads()), units,
+                            static_cast<int64_t>(2.0 * m * n * k / 4e6)}));
+  auto run = [&](int64_t shard) {
+    const int64_t r0 = std::min(m, units * shard / shards * kRowsPerUnit);
+    const int64_t r1 = std::min(m, units * (shard + 1) / shards * kRowsPerUnit);
+    if (r1 > r0) gemm::PackedBlockBf16(r1 - r0, n, k, a + r0 * lda, lda, packed, false, c + r0 * n, n);
+  };
+  if (shards == 1) return run(0);
+  d.parallelFor(shards, Eigen::TensorOpCost(0, 0, 2.0 * m * n * k / shards),
+                [&run](Eigen::Index begin, Eigen::Index end) {
+                  for (Eigen::Index s = begin; s < end; ++s) run(s);
+                });
+}
 
 // Runs fn(phase, unit) for every unit in [0, units) of every phase in [0, phases), in phase
 // order: all units of phase p finish before any unit of phase p + 1 starts, and what a unit

@@ -52,8 +52,8 @@ LstmActivations<const T*> AtStep(const LstmActivations<const T*>& p, int64_t t, 
 // The fused forward pass of one step for the units [j0, j1) of every batch row: bias,
 // activations, state update and the seven saved outputs. `rec` is this unit range's recurrent
 // block h·Wh, [B, 4·rec_gate] with the gates in blk order, each in a block of rec_gate >= j1 - j0
-// columns. kPeephole and kClip are compile-time so the per-unit loop has no branches and
-// vectorises.
+// columns. h_acc (if not null) gets h as stored, in A. kPeephole and kClip are compile-time so
+// the per-unit loop has no branches and vectorises.
 template <typename T, typename A, typename Math, bool kPeephole, bool kClip>
 void ForwardUnits(int64_t batch, int64_t j0, int64_t j1, int64_t H, GateBlocks blk,
                   A forget_bias, A cell_clip, const A* xw_t, const A* rec, int64_t rec_gate,
@@ -81,7 +81,7 @@ void ForwardUnits(int64_t batch, int64_t j0, int64_t j1, int64_t H, GateBlocks b
       out.ci[k] = T(a.ci);
       out.co[k] = T(a.co);
       out.h[k] = T(a.h);
-      if constexpr (!std::is_same_v<T, A>) h_acc[k] = A(out.h[k]);  // the state, as stored
+      if (h_acc != nullptr) h_acc[k] = A(out.h[k]);  // the state, as stored (loop-invariant)
     }
   }
 }
@@ -150,6 +150,101 @@ void AddPeepholeGrads(const CPUDevice& d, const LstmAttrs& attrs, int64_t rows, 
   for (int64_t q = 0; q < 3 * cell; ++q) acc[q] += partial[q];
 }
 
+// The forward's two products: the input projection x·Wx and each slice's recurrent h·Wh_u.
+// Computed in A (x and W converted once: no copies for float and double), or for bfloat16 on a
+// CPU with a bf16 dot product (AVX512-BF16) on the stored bf16 values themselves, at twice the
+// rate: bf16 products are exact in fp32, so both give the same sums up to their order. Either
+// way the recurrence multiplies h as stored (rounded to T), as TF does.
+template <typename T, typename A>
+class ForwardProducts {
+ public:
+  absl::Status Init(OpKernelContext* ctx, const LstmDims& dims, int64_t L,
+                    const LstmInputs<T>& in, const LstmActivations<T*>& out,
+                    const SlicePacking& packing) {
+    const CPUDevice& d = ctx->eigen_device<CPUDevice>();
+    dims_ = dims;
+    in_ = in;
+    out_ = out;
+    packing_ = &packing;
+    const int64_t I = dims.input, H = dims.cell, G = 4 * H, step = dims.batch * H;
+    if constexpr (std::is_same_v<T, Eigen::bfloat16>) {
+      bf16_dot_ = gemm::HasBf16Dot();
+    }
+    if (bf16_dot_) {
+      const uint16_t* w = Bits(in.w);
+      TF_RETURN_IF_ERROR(AllocateScratch(ctx, gemm::PackedSizeBf16(I, G), &holders_[0], &wx_bits_));
+      PackBf16(d, I, G, w, G, wx_bits_);
+      TF_RETURN_IF_ERROR(AllocateScratch(ctx, packing.size<uint16_t>(), &holders_[1], &wh_bits_));
+      packing.Pack(d, H, w + I * G, G, int64_t{1}, wh_bits_);
+      return absl::OkStatus();
+    }
+    const A* w;
+    TF_RETURN_IF_ERROR(AsAcc(ctx, in.w, (I + H) * G, &holders_[0], &w));
+    TF_RETURN_IF_ERROR(AsAcc(ctx, in.x, L * dims.batch * I, &holders_[1], &x_));
+    TF_RETURN_IF_ERROR(AsAcc(ctx, in.h_prev, step, &holders_[2], &h_prev_));
+    w_x_ = w;
+    TF_RETURN_IF_ERROR(AllocateScratch(ctx, packing.size(), &holders_[3], &wh_packed_));
+    packing.Pack(d, H, w + I * G, G, int64_t{1}, wh_packed_);
+    if constexpr (!std::is_same_v<T, A>) {
+      // The stored h in A for the next step's product; two of them, since a slice still reading
+      // step t-1's state must not see another slice's step t already.
+      TF_RETURN_IF_ERROR(AllocateScratch(ctx, 2 * step, &holders_[4], &h_acc_));
+    }
+    return absl::OkStatus();
+  }
+
+  // xw = x·Wx for the `steps` steps from t0: [steps·B, 4H].
+  void Project(const CPUDevice& d, int64_t t0, int64_t steps, A* xw) const {
+    const int64_t B = dims_.batch, I = dims_.input, G = 4 * dims_.cell;
+    if (bf16_dot_) {
+      if constexpr (std::is_same_v<A, float>) {
+        GemmBf16(d, steps * B, G, I, Bits(in_.x) + t0 * B * I, I, wx_bits_, xw);
+      }
+      return;
+    }
+    Gemm(d, false, false, steps * B, G, I, x_ + t0 * B * I, w_x_, false, xw);
+  }
+
+  // rec_u = h_{t-1}·Wh_u for slice u ([B, 4·gate_cols(u)]).
+  void Recur(int u, int64_t t, A* rec_u) const {
+    const int64_t B = dims_.batch, H = dims_.cell, cols = 4 * packing_->gate_cols(u);
+    if (bf16_dot_) {
+      if constexpr (std::is_same_v<A, float>) {
+        const uint16_t* h = t == 0 ? Bits(in_.h_prev) : Bits(out_.h) + (t - 1) * B * H;
+        gemm::PackedBlockBf16(B, cols, H, h, H, packing_->slice(wh_bits_, u), false, rec_u, cols);
+      }
+      return;
+    }
+    const A* h = h_prev_;
+    if (t > 0) {
+      if constexpr (std::is_same_v<T, A>) {
+        h = out_.h + (t - 1) * B * H;
+      } else {
+        h = h_acc_ + (t - 1) % 2 * B * H;
+      }
+    }
+    gemm::PackedBlock(B, cols, H, h, H, packing_->slice(wh_packed_, u), false, rec_u, cols);
+  }
+
+  // Where step t's element-wise pass stores h in A for Recur (nullptr: Recur reads out.h).
+  A* StateOut(int64_t t) const {
+    return h_acc_ == nullptr ? nullptr : h_acc_ + t % 2 * dims_.batch * dims_.cell;
+  }
+
+ private:
+  static const uint16_t* Bits(const T* p) { return reinterpret_cast<const uint16_t*>(p); }
+
+  LstmDims dims_;
+  LstmInputs<T> in_;
+  LstmActivations<T*> out_;
+  const SlicePacking* packing_ = nullptr;
+  bool bf16_dot_ = false;
+  Tensor holders_[5];
+  const A *x_ = nullptr, *w_x_ = nullptr, *h_prev_ = nullptr;
+  A *wh_packed_ = nullptr, *h_acc_ = nullptr;
+  uint16_t *wx_bits_ = nullptr, *wh_bits_ = nullptr;
+};
+
 // Steps per chunk of the time loops: their per-step scratch (the input projection forward,
 // dgates backward) is kept for one chunk of about kChunkRows batch rows, not the whole sequence,
 // so fwd+bwd needs no more memory than TensorFlow's per-step kernels, while the chunk's GEMMs
@@ -176,64 +271,43 @@ struct LstmForward<CPUDevice, T> {
     }
     if (L == 0 || step == 0) return absl::OkStatus();
 
-    Tensor w_holder, x_holder, b_holder, hp_holder, xw_holder, rec_holder, h_holder;
-    const A *w, *x, *bias, *h_prev;
-    TF_RETURN_IF_ERROR(AsAcc(ctx, in.w, (I + H) * G, &w_holder, &w));
-    TF_RETURN_IF_ERROR(AsAcc(ctx, in.x, L * B * I, &x_holder, &x));
+    Tensor b_holder, xw_holder, rec_holder;
+    const A* bias;
     TF_RETURN_IF_ERROR(AsAcc(ctx, in.b, G, &b_holder, &bias));
-    TF_RETURN_IF_ERROR(AsAcc(ctx, in.h_prev, step, &hp_holder, &h_prev));
     Peepholes<T, A> peep;
     TF_RETURN_IF_ERROR(peep.Init(ctx, attrs, in, H));
-    const A* w_x = w;          // rows [0, I) multiply x
-    const A* w_h = w + I * G;  // rows [I, I+H) multiply h
 
     // The time loop: one phase per step; each unit slice multiplies the state by its own
     // columns of Wh (packed once, kept hot in one core's cache) and runs the fused element-wise
     // pass of its units. A step's units need the whole previous h, hence the phase order.
     const SlicePacking packing(UnitSlices(H, d.numThreads()), H, 4);
     const std::vector<int64_t>& bounds = packing.bounds();
-    Tensor packed_holder;
-    A* w_packed;
-    TF_RETURN_IF_ERROR(AllocateScratch(ctx, packing.size(), &packed_holder, &w_packed));
-    packing.Pack(d, H, w_h, G, 1, w_packed);
+    ForwardProducts<T, A> products;
+    TF_RETURN_IF_ERROR(products.Init(ctx, dims, L, in, out, packing));
 
     // Input projection of a chunk of steps at once; rec holds every slice's h·Wh of a step.
     const int64_t chunk = StepsPerChunk(B, L);
-    A *xw, *rec, *h_acc = nullptr;
+    A *xw, *rec;
     TF_RETURN_IF_ERROR(AllocateScratch(ctx, chunk * B * G, &xw_holder, &xw));
     TF_RETURN_IF_ERROR(AllocateScratch(ctx, B * packing.total_cols(), &rec_holder, &rec));
-    if constexpr (!std::is_same_v<T, A>) {
-      // The state the next step multiplies: the stored (rounded) h, kept in A for the GEMM.
-      TF_RETURN_IF_ERROR(AllocateScratch(ctx, step, &h_holder, &h_acc));
-    }
     const CellParams<A> params = MakeCellParams<A, T>(attrs);
     const GateBlocks blk = BlocksOf(attrs.layout);
     WithFlags(params.use_peephole, params.clip_active, [&](auto peephole, auto clip) {
       for (int64_t t0 = 0; t0 < L; t0 += chunk) {
         const int64_t steps = std::min(chunk, L - t0);
-        Gemm(d, false, false, steps * B, G, I, x + t0 * B * I, w_x, false, xw);
+        products.Project(d, t0, steps, xw);
         RunPhases(d, steps, packing.slices(), [&](int64_t s, int u) {
           const int64_t t = t0 + s;
           const int64_t j0 = bounds[u], n = bounds[u + 1] - j0;
-          const A* h_state = h_prev;
-          if (t > 0) {
-            if constexpr (std::is_same_v<T, A>) {
-              h_state = out.h + (t - 1) * step;
-            } else {
-              h_state = h_acc;
-            }
-          }
           A* rec_u = rec + B * packing.col0(u);
-          const int64_t rec_cols = 4 * packing.gate_cols(u);
-          gemm::PackedBlock(B, rec_cols, H, h_state, H, packing.slice(w_packed, u), false, rec_u,
-                            rec_cols);
+          products.Recur(u, t, rec_u);
           const T* cs_prev = t == 0 ? in.cs_prev : out.cs + (t - 1) * step;
           auto at_t = [&](T* p) { return p + t * step; };
           const LstmActivations<T*> out_t{at_t(out.i),  at_t(out.cs), at_t(out.f), at_t(out.o),
                                           at_t(out.ci), at_t(out.co), at_t(out.h)};
           ForwardUnits<T, A, MathFor<T>, decltype(peephole)::value, decltype(clip)::value>(
               B, j0, j0 + n, H, blk, params.forget_bias, params.cell_clip, xw + s * B * G, rec_u,
-              packing.gate_cols(u), bias, cs_prev, peep, out_t, h_acc);
+              packing.gate_cols(u), bias, cs_prev, peep, out_t, products.StateOut(t));
         });
       }
     });

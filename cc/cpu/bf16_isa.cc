@@ -1,0 +1,111 @@
+// The bfloat16 packed-panel GEMM with AVX512-BF16's VDPBF16PS (compiled only into the
+// avx512_bf16 build; gemm_dispatch.cc calls it only on CPUs that have the instruction). Two bf16
+// products per fp32 lane per instruction: twice the fp32 FMA rate, and bf16 x bf16 products are
+// exact in fp32, so a product of bf16 operands accumulated in fp32 is what the fp32 GEMM of the
+// same (converted) values computes, up to summation order.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "cc/cpu/gemm.h"
+
+namespace tf_lstm_ops {
+namespace gemm {
+namespace avx512_bf16 {
+namespace {
+
+constexpr int kTileRows = 6;
+constexpr int kTileVecs = 4;  // 6 x 4 fp32 accumulators; a vector of B is one panel's k pair
+
+// A(r, 2q) and A(r, 2q + 1) as one 32-bit lane (the first in the low half, as VDPBF16PS pairs
+// them); with `half_pair`, only A(r, 2q) (k is odd and this is the last pair: never read past k).
+inline __m512 PairOf(const uint16_t* a, bool half_pair) {
+  uint32_t bits = a[0];
+  if (!half_pair) std::memcpy(&bits, a, sizeof(bits));
+  return _mm512_castsi512_ps(_mm512_set1_epi32(static_cast<int>(bits)));
+}
+
+// C[kRows, kVecs·16] (+)= A[kRows, k]·B, A row-major (lda), B's panel v at b[v]. One dot-product
+// chain per output in increasing k.
+template <int kRows, int kVecs>
+void Tile(int64_t k, const uint16_t* a, int64_t lda, const uint16_t* const* b, bool accumulate,
+          float* c, int64_t ldc, int last_lanes) {
+  __m512 acc[kRows][kVecs];
+#pragma GCC unroll 8
+  for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecs; ++v) acc[r][v] = _mm512_setzero_ps();
+  }
+  const int64_t pairs = (k + 1) / 2;
+  for (int64_t q = 0; q < pairs; ++q) {
+    const bool half_pair = 2 * q + 1 == k;
+    __m512bh bv[kVecs];
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecs; ++v) {
+      bv[v] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(b[v] + q * 2 * kPanelWidth));
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < kRows; ++r) {
+      const __m512bh av = reinterpret_cast<__m512bh>(PairOf(a + r * lda + 2 * q, half_pair));
+#pragma GCC unroll 4
+      for (int v = 0; v < kVecs; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, bv[v]);
+    }
+  }
+  const __mmask16 last_mask = static_cast<__mmask16>((1u << last_lanes) - 1);
+#pragma GCC unroll 8
+  for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecs; ++v) {
+      float* dst = c + r * ldc + v * 16;
+      const __mmask16 mask = v + 1 < kVecs ? static_cast<__mmask16>(0xFFFF) : last_mask;
+      const __m512 sum =
+          accumulate ? _mm512_add_ps(_mm512_maskz_loadu_ps(mask, dst), acc[r][v]) : acc[r][v];
+      _mm512_mask_storeu_ps(dst, mask, sum);
+    }
+  }
+}
+
+template <int kRows>
+void TileOfRows(int vecs, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* const* b,
+                bool accumulate, float* c, int64_t ldc, int last_lanes) {
+  switch (vecs) {
+    case 1:
+      return Tile<kRows, 1>(k, a, lda, b, accumulate, c, ldc, last_lanes);
+    case 2:
+      return Tile<kRows, 2>(k, a, lda, b, accumulate, c, ldc, last_lanes);
+    case 3:
+      return Tile<kRows, 3>(k, a, lda, b, accumulate, c, ldc, last_lanes);
+    default:
+      return Tile<kRows, 4>(k, a, lda, b, accumulate, c, ldc, last_lanes);
+  }
+}
+
+}  // namespace
+
+void PackedBlockBf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+                     const uint16_t* packed, bool accumulate, float* c, int64_t ldc) {
+  constexpr int64_t kTileCols = int64_t{kTileVecs} * kPanelWidth;
+  using TileFn = void (*)(int, int64_t, const uint16_t*, int64_t, const uint16_t* const*, bool,
+                          float*, int64_t, int);
+  static constexpr TileFn kByRows[kTileRows] = {TileOfRows<1>, TileOfRows<2>, TileOfRows<3>,
+                                                TileOfRows<4>, TileOfRows<5>, TileOfRows<6>};
+  const int64_t panel_size = PackedSizeBf16(k, kPanelWidth);
+  for (int64_t c0 = 0; c0 < n; c0 += kTileCols) {
+    const int64_t cols = std::min(kTileCols, n - c0);
+    const int vecs = static_cast<int>((cols + kPanelWidth - 1) / kPanelWidth);
+    const int last_lanes = static_cast<int>(cols - int64_t{vecs - 1} * kPanelWidth);
+    const uint16_t* b[kTileVecs];
+    for (int v = 0; v < vecs; ++v) b[v] = packed + (c0 / kPanelWidth + v) * panel_size;
+    for (int64_t r0 = 0; r0 < m; r0 += kTileRows) {
+      const int rows = static_cast<int>(std::min<int64_t>(kTileRows, m - r0));
+      kByRows[rows - 1](vecs, k, a + r0 * lda, lda, b, accumulate, c + r0 * ldc + c0, ldc,
+                        last_lanes);
+    }
+  }
+}
+
+}  // namespace avx512_bf16
+}  // namespace gemm
+}  // namespace tf_lstm_ops
