@@ -381,8 +381,9 @@ struct LstmBackward<CPUDevice, T> {
     // Reverse sweep, one phase per step: each unit slice first completes its columns of
     // dh = dgates_{t+1}·Whᵀ (its rows of Wh), then the fused element-wise pass of its units,
     // which reads only its own columns of dh and dc. Nothing is carried into the last step;
-    // between chunks dh is completed by one GEMM. After each chunk its whole-chunk products:
-    // dx = dgates·Wxᵀ, dWx += xᵀ·dgates, dWh += h_{t-1}ᵀ·dgates, db += Σ dgates.
+    // a last phase per chunk completes the dh carried into the next chunk. After each chunk
+    // its whole-chunk products: dx = dgates·Wxᵀ, dWx += xᵀ·dgates, dWh += h_{t-1}ᵀ·dgates,
+    // db += Σ dgates.
     Fill(d, dc, step, A(0));
     Fill(d, dh, step, A(0));
     // Slice u's operand of the per-step dh product: its rows of Wh, as Whᵀ [G, n], packed once.
@@ -396,19 +397,19 @@ struct LstmBackward<CPUDevice, T> {
     for (int64_t t1 = L; t1 > 0;) {
       const int64_t t0 = std::max<int64_t>(0, t1 - chunk), steps = t1 - t0, rows = steps * B;
       const bool first = t1 == L;  // the first chunk of the sweep writes dW instead of adding
-      RunPhases(d, steps, packing.slices(), [&](int64_t phase, int u) {
+      // (Phase `steps` only completes dh, which is carried into step t0 - 1.)
+      RunPhases(d, steps + 1, packing.slices(), [&](int64_t phase, int u) {
         const int64_t t = t1 - 1 - phase, j0 = bounds[u], j1 = bounds[u + 1];
         if (phase > 0) {
           gemm::PackedBlock(B, j1 - j0, G, dgates + (t + 1 - t0) * B * G, G,
                             packing.slice(wt_packed, u), false, dh + j0, H);
         }
+        if (phase == steps) return;
         const T* cs_prev = t == 0 ? in.cs_prev : act.cs + (t - 1) * step;
         BackwardUnitsFor<T, A>(attrs, direct, 0, B, j0, j1, H, peep, AtStep(act, t, step),
                                cs_prev, AtStep(out_grads, t, step), dc, dh,
                                dgates + (t - t0) * B * G, dc);
       });
-      Gemm(d, false, true, B, H, G, dgates, w_h, false, dh);  // carried into step t0 - 1
-
       Gemm(d, false, true, rows, I, G, dgates, w_x, false, std::is_same_v<T, A> ? dx + t0 * B * I : dx);
       if constexpr (!std::is_same_v<T, A>) Convert(d, dx, grads.x + t0 * B * I, rows * I);
       Gemm(d, true, false, I, G, rows, x + t0 * B * I, dgates, !first, dw);
