@@ -101,11 +101,12 @@ struct Vec<double> {
 constexpr int kTileRows = 6;
 
 // C[kRows, kVecs·lanes] (+)= A[kRows, k]·B, A row-major (lda) and B's vector v at b[v] (rows
-// kPanelWidth apart); only the first `last_lanes` lanes of the last vector are stored. Each output is one FMA chain over p = 0..k-1 (then + C): the same order whatever the
-// tiling, so results do not depend on how callers split the work.
+// kPanelWidth apart); only the first `last_lanes` lanes of the last vector are stored. Each
+// output is one FMA chain over p = 0..k-1 (then + C): the same order whatever the tiling, so
+// results do not depend on how callers split the work.
 template <typename A, int kRows, int kVecs>
-void Tile(int64_t k, const A* a, int64_t lda, const A* const* b, bool accumulate,
-          A* c, int64_t ldc, int last_lanes) {
+void Tile(int64_t k, const A* a, int64_t lda, const A* const* b, bool accumulate, A* c,
+          int64_t ldc, int last_lanes) {
   using X = Vec<A>;
   typename X::V acc[kRows][kVecs];
 #pragma GCC unroll 8

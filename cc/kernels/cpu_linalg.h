@@ -168,8 +168,8 @@ inline std::vector<int64_t> UnitSlices(int64_t width, int64_t max_slices) {
 // A time loop's recurrent weights packed once per unit slice for gemm::PackedBlock (or, as bf16
 // bits (uint16_t), for gemm::PackedBlockBf16), so that a slice's per-step product streams one
 // pre-packed operand (Eigen would repack the weights on every step). The source matrix is
-// [rows, gates·width] with element (k, g·width + j) at src[k·row_stride + (g·width + j)·col_stride];
-// one of the strides is 1. Slice u (units [j0, j0 + n) of `bounds`) gets the operand
+// [rows, gates·width] with element (k, g·width + j) at
+// src[k·row_stride + (g·width + j)·col_stride]; one of the strides is 1. Slice u (units [j0, j0 + n) of `bounds`) gets the operand
 // [rows, gates·gate_cols(u)]: for each gate in order, its n columns, zero-padded to
 // gate_cols(u) = gemm::PaddedCols(n) (so a product's output row has the same padded gate blocks).
 class SlicePacking {
@@ -255,7 +255,9 @@ inline void GemmBf16(const CPUDevice& d, int64_t m, int64_t n, int64_t k, const 
   auto run = [&](int64_t shard) {
     const int64_t r0 = std::min(m, units * shard / shards * kRowsPerUnit);
     const int64_t r1 = std::min(m, units * (shard + 1) / shards * kRowsPerUnit);
-    if (r1 > r0) gemm::PackedBlockBf16(r1 - r0, n, k, a + r0 * lda, lda, packed, false, c + r0 * n, n);
+    if (r1 > r0) {
+      gemm::PackedBlockBf16(r1 - r0, n, k, a + r0 * lda, lda, packed, false, c + r0 * n, n);
+    }
   };
   if (shards == 1) return run(0);
   d.parallelFor(shards, Eigen::TensorOpCost(0, 0, 2.0 * m * n * k / shards),
