@@ -1,6 +1,7 @@
 // CPU building blocks shared by the LSTM and CudnnRNN kernels: scratch from the op's allocator,
-// the op's intra-op thread pool, dtype conversion, row-major GEMM (Eigen contraction) and a
-// deterministic column reduction. half/bfloat16 compute in float ("Acc"), double in double.
+// the op's intra-op thread pool, dtype conversion, row-major GEMM over the op's threads (the
+// ISA-dispatched blocks of cc/cpu/gemm.h), the time loops' packed weights and spinning team, and
+// a deterministic column reduction. half/bfloat16 compute in float ("Acc"), double in double.
 #ifndef TF_LSTM_OPS_CC_KERNELS_CPU_LINALG_H_
 #define TF_LSTM_OPS_CC_KERNELS_CPU_LINALG_H_
 
