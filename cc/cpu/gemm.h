@@ -19,10 +19,9 @@ void Block(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const A*
 // Packed-panel GEMM, for products that reuse one B many times (an RNN's recurrent weights, once
 // per step): op(B) [k, n] is packed once into panels of kPanelWidth columns, zero-padded, each
 // stored row-major [k, kPanelWidth] (panel q holds columns [q·kPanelWidth, (q+1)·kPanelWidth)),
-// PackedSize(k, n) values in all. The layout is the same on every ISA.
+// k·PaddedCols(n) values in all. The layout is the same on every ISA.
 constexpr int kPanelWidth = 16;
 inline int64_t PaddedCols(int64_t n) { return (n + kPanelWidth - 1) / kPanelWidth * kPanelWidth; }
-inline int64_t PackedSize(int64_t k, int64_t n) { return k * PaddedCols(n); }
 
 // Packs op(B) ([k, n]; stored row-major [k, n] with leading dimension ldb, or [n, k] when
 // trans_b) into `packed`.

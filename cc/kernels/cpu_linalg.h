@@ -95,6 +95,22 @@ void Fill(const CPUDevice& d, T* dst, int64_t n, T value) {
   });
 }
 
+// run(begin, end) over [0, units) split into shards across the op's intra-op threads: at most
+// one per thread and one per `min_flops` of the `flops` in all (below that a thread hand-off
+// costs more than it saves); a single shard runs on the calling thread.
+template <typename Run>
+void RunShards(const CPUDevice& d, int64_t units, double flops, double min_flops, Run run) {
+  const int64_t shards = std::max<int64_t>(
+      1, std::min<int64_t>({static_cast<int64_t>(d.numThreads()), units,
+                            static_cast<int64_t>(flops / min_flops)}));
+  auto shard = [&](int64_t s) { run(units * s / shards, units * (s + 1) / shards); };
+  if (shards == 1) return shard(0);
+  d.parallelFor(shards, Eigen::TensorOpCost(0, 0, flops / shards),
+                [&shard](Eigen::Index begin, Eigen::Index end) {
+                  for (Eigen::Index s = begin; s < end; ++s) shard(s);
+                });
+}
+
 // C[m,n] = op(A)·op(B) (+ C when accumulate); all row-major and contiguous. op(A) is [m,k]: A is
 // stored [m,k], or [k,m] when trans_a; likewise op(B) is [k,n], stored [n,k] when trans_b.
 // Runs the ISA-dispatched GEMM blocks of cc/cpu/gemm.h, split into row or 16-column shards
@@ -108,15 +124,9 @@ void Gemm(const CPUDevice& d, bool trans_a, bool trans_b, int64_t m, int64_t n, 
     return;
   }
   const int64_t lda = trans_a ? m : k, ldb = trans_b ? k : n;
-  const double flops = 2.0 * m * n * k;
-  constexpr double kFlopsPerShard = 2e6;  // below this, a thread hand-off costs more than it saves
   const bool by_rows = m >= n;
-  const int64_t units = by_rows ? m : (n + 15) / 16;
-  const int64_t shards = std::max<int64_t>(
-      1, std::min<int64_t>({static_cast<int64_t>(d.numThreads()), units,
-                            static_cast<int64_t>(flops / kFlopsPerShard)}));
-  auto run = [&](int64_t shard) {
-    const int64_t begin = units * shard / shards, end = units * (shard + 1) / shards;
+  const int64_t units = by_rows ? m : (n + 15) / 16;  // rows, or 16-column blocks
+  RunShards(d, units, 2.0 * m * n * k, 2e6, [&](int64_t begin, int64_t end) {
     if (by_rows) {
       gemm::Block(trans_a, trans_b, end - begin, n, k, a + begin * (trans_a ? 1 : lda), lda, b,
                   ldb, accumulate, c + begin * n, n);
@@ -125,17 +135,14 @@ void Gemm(const CPUDevice& d, bool trans_a, bool trans_b, int64_t m, int64_t n, 
       gemm::Block(trans_a, trans_b, m, n1 - n0, k, a, lda, b + n0 * (trans_b ? ldb : 1), ldb,
                   accumulate, c + n0, n);
     }
-  };
-  if (shards == 1) return run(0);
-  d.parallelFor(shards, Eigen::TensorOpCost(0, 0, flops / shards),
-                [&run](Eigen::Index begin, Eigen::Index end) {
-                  for (Eigen::Index s = begin; s < end; ++s) run(s);
-                });
+  });
 }
 
-// out[j] = Σ_r term(r, j) for j < width, summed in increasing r (deterministic), parallel over j.
+// out[j] = Σ_r term(r, j) (+ out[j] when accumulate) for j < width, summed in increasing r
+// (deterministic), parallel over j.
 template <typename A, typename T, typename Term>
-void ReduceRows(const CPUDevice& d, int64_t rows, int64_t width, Term term, T* out) {
+void ReduceRows(const CPUDevice& d, int64_t rows, int64_t width, Term term, T* out,
+                bool accumulate = false) {
   constexpr int64_t kChunk = 64;
   const int64_t chunks = (width + kChunk - 1) / kChunk;
   ParallelFor(d, chunks, rows * kChunk * sizeof(A), rows * kChunk * 2.0,
@@ -147,7 +154,9 @@ void ReduceRows(const CPUDevice& d, int64_t rows, int64_t width, Term term, T* o
                   for (int64_t r = 0; r < rows; ++r) {
                     for (int64_t j = j0; j < j1; ++j) acc[j - j0] += term(r, j);
                   }
-                  for (int64_t j = j0; j < j1; ++j) out[j] = static_cast<T>(acc[j - j0]);
+                  for (int64_t j = j0; j < j1; ++j) {
+                    out[j] = static_cast<T>(accumulate ? A(out[j]) + acc[j - j0] : acc[j - j0]);
+                  }
                 }
               });
 }
@@ -250,21 +259,12 @@ inline void GemmBf16(const CPUDevice& d, int64_t m, int64_t n, int64_t k, const 
   if (k == 0) return Fill(d, c, m * n, 0.0f);
   constexpr int64_t kRowsPerUnit = 6;  // the kernel's row tile
   const int64_t units = (m + kRowsPerUnit - 1) / kRowsPerUnit;
-  const int64_t shards = std::max<int64_t>(
-      1, std::min<int64_t>({static_cast<int64_t>(d.numThreads()), units,
-                            static_cast<int64_t>(2.0 * m * n * k / 4e6)}));
-  auto run = [&](int64_t shard) {
-    const int64_t r0 = std::min(m, units * shard / shards * kRowsPerUnit);
-    const int64_t r1 = std::min(m, units * (shard + 1) / shards * kRowsPerUnit);
+  RunShards(d, units, 2.0 * m * n * k, 4e6, [&](int64_t begin, int64_t end) {
+    const int64_t r0 = std::min(m, begin * kRowsPerUnit), r1 = std::min(m, end * kRowsPerUnit);
     if (r1 > r0) {
       gemm::PackedBlockBf16(r1 - r0, n, k, a + r0 * lda, lda, packed, false, c + r0 * n, n);
     }
-  };
-  if (shards == 1) return run(0);
-  d.parallelFor(shards, Eigen::TensorOpCost(0, 0, 2.0 * m * n * k / shards),
-                [&run](Eigen::Index begin, Eigen::Index end) {
-                  for (Eigen::Index s = begin; s < end; ++s) run(s);
-                });
+  });
 }
 
 // Runs fn(phase, unit) for every unit in [0, units) of every phase in [0, phases), in phase

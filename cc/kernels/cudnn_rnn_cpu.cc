@@ -118,20 +118,16 @@ struct TeamPlan {
   // R (stored [G·H, Hr]) packed per slice for gemm::PackedBlock: per cell slice for the forward
   // product h·Rᵀ (its G·n rows of R, as Rᵀ columns), per output slice for the backward product
   // dgh·R (its n columns of R).
-  SlicePacking fwd, bwd;
-  const std::vector<int64_t>& cell;  // slice bounds over H
-  const std::vector<int64_t>& out;   // slice bounds over Hr
-  int slices;                        // team units per direction
-  int phases_per_step;               // 1, or 2 with a projection
+  SlicePacking fwd, bwd;  // their bounds(): the slices over H and over Hr
+  int slices;             // team units per direction
+  int phases_per_step;    // 1, or 2 with a projection
 
   TeamPlan(const CPUDevice& d, const RnnModel& m)
       : fwd(UnitSlices(m.num_units, Share(d, m)), m.output_width(), m.gates()),
-        bwd(m.has_proj() ? UnitSlices(m.num_proj, Share(d, m)) : fwd.bounds(), m.gate_width(), 1),
-        cell(fwd.bounds()),
-        out(bwd.bounds()),
+        bwd(m.has_proj() ? UnitSlices(m.num_proj, Share(d, m)) : fwd.bounds(), m.gate_width(),
+            1),
         slices(std::max(fwd.slices(), bwd.slices())),
         phases_per_step(m.has_proj() ? 2 : 1) {}
-  TeamPlan(const TeamPlan&) = delete;  // cell and out refer to this object's own members
   int units(const RnnModel& m) const { return static_cast<int>(m.num_dirs) * slices; }
   template <typename A>
   void PackForward(const CPUDevice& d, const RnnModel& m, const A* r, A* packed) const {
@@ -278,8 +274,9 @@ void ForwardLayer(const CPUDevice& d, const std::vector<PseudoLayer<A>>& pls,
                             rec + dir * B * plan.fwd.total_cols(),
                             m_buf ? m_buf + dir * B * H : nullptr);
     } else {
-      if (u + 1 >= static_cast<int64_t>(plan.out.size())) return;
-      ProjectOutputs(pl, run, len, step, plan.out[u], plan.out[u + 1], m_buf + dir * B * H);
+      if (u >= plan.bwd.slices()) return;
+      const std::vector<int64_t>& out = plan.bwd.bounds();
+      ProjectOutputs(pl, run, len, step, out[u], out[u + 1], m_buf + dir * B * H);
     }
   });
   ParallelFor(d, T * B, D * Hr * 8.0, D * Hr * 1.0, [&](int64_t begin, int64_t end) {
@@ -482,9 +479,7 @@ void BackwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vecto
         gx_row[2 * H + j] = g.d_c;
         gx_row[3 * H + j] = g.d_o;
         dc_row[j] = g.cs_prev_grad;
-      }
-      if (m_row) {  // m = o * tanh(c), for dPmat
-        for (int64_t j = 0; j < n; ++j) m_row[j] = saved[3 * H + j] * Math::Tanh(c_row[j]);
+        if (m_row) m_row[j] = saved[3 * H + j] * co;  // m = o * tanh(c), for dPmat
       }
     } else if (gru) {
       const A* __restrict saved = pl.gates + (t * B + b) * kSavedGates * H + j0;
@@ -524,15 +519,15 @@ void BackwardLayer(const CPUDevice& d, const std::vector<PseudoLayer<A>>& pls,
   const int64_t T = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
   const int64_t G = m.gate_width(), D = m.num_dirs;
   const int K = plan.phases_per_step;
-  const int n_cell = static_cast<int>(plan.cell.size()) - 1;
   RunPhases(d, T * K + 1, plan.units(m), [&](int64_t phase, int unit) {
     const int64_t dir = unit / plan.slices, s = phase / K;
     const int u = unit % plan.slices;
     if (phase % K == 0 && u < plan.bwd.slices()) {
       BackwardOutputs(pls[dir], run, len, s, plan.bwd, u, dy, bufs[dir]);
     }
-    if (s < T && (K == 1 || phase % K == 1) && u < n_cell) {
-      BackwardCells<A, Math>(pls[dir], run, len, T - 1 - s, plan.cell[u], plan.cell[u + 1],
+    if (s < T && (K == 1 || phase % K == 1) && u < plan.fwd.slices()) {
+      const std::vector<int64_t>& cell = plan.fwd.bounds();
+      BackwardCells<A, Math>(pls[dir], run, len, T - 1 - s, cell[u], cell[u + 1],
                              bufs[dir]);
     }
   });

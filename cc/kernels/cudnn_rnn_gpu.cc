@@ -15,7 +15,6 @@ namespace tf_lstm_ops {
 using gpu_op::Dev;
 using gpu_op::StorageOf;
 using tensorflow::OpKernelContext;
-using tensorflow::Tensor;
 
 template <typename T>
 absl::Status CudnnRnnForward<GpuDevice, T>::operator()(
@@ -23,17 +22,13 @@ absl::Status CudnnRnnForward<GpuDevice, T>::operator()(
     const T* input, const T* input_h, const T* input_c, const T* params, T* output, T* output_h,
     T* output_c, uint8_t* workspace) {
   using D = StorageOf<T>;
-  cudaStream_t stream;
-  TF_RETURN_IF_ERROR(gpu_op::Stream(ctx, &stream));
-  Tensor holder;
-  void* scratch;
-  TF_RETURN_IF_ERROR(gpu_op::Scratch(ctx, gpu::RnnForwardScratchBytes<D>(m, run, dropout),
-                                     &holder, &scratch));
-  return gpu_op::FromCuda(
-      ctx, "the forward pass",
-      gpu::RnnForward<D>(stream, m, run, dropout, Dev(input), Dev(input_h), Dev(input_c),
-                         Dev(params), Dev(output), Dev(output_h), Dev(output_c), workspace,
-                         scratch));
+  return gpu_op::RunOnStream(
+      ctx, "the forward pass", gpu::RnnForwardScratchBytes<D>(m, run, dropout),
+      [&](cudaStream_t stream, void* scratch) {
+        return gpu::RnnForward<D>(stream, m, run, dropout, Dev(input), Dev(input_h),
+                                  Dev(input_c), Dev(params), Dev(output), Dev(output_h),
+                                  Dev(output_c), workspace, scratch);
+      });
 }
 
 template <typename T>
@@ -43,19 +38,15 @@ absl::Status CudnnRnnBackward<GpuDevice, T>::operator()(
     const T* output_h_backprop, const T* output_c_backprop, const uint8_t* reserve,
     T* input_backprop, T* input_h_backprop, T* input_c_backprop, T* params_backprop) {
   using D = StorageOf<T>;
-  cudaStream_t stream;
-  TF_RETURN_IF_ERROR(gpu_op::Stream(ctx, &stream));
-  Tensor holder;
-  void* scratch;
-  TF_RETURN_IF_ERROR(
-      gpu_op::Scratch(ctx, gpu::RnnBackwardScratchBytes<D>(m, run), &holder, &scratch));
-  return gpu_op::FromCuda(
-      ctx, "the backward pass",
-      gpu::RnnBackward<D>(stream, m, run, expected, Dev(input), Dev(input_h), Dev(input_c),
-                          Dev(params), Dev(output_backprop), Dev(output_h_backprop),
-                          Dev(output_c_backprop), reserve, Dev(input_backprop),
-                          Dev(input_h_backprop), Dev(input_c_backprop), Dev(params_backprop),
-                          scratch));
+  return gpu_op::RunOnStream(
+      ctx, "the backward pass", gpu::RnnBackwardScratchBytes<D>(m, run),
+      [&](cudaStream_t stream, void* scratch) {
+        return gpu::RnnBackward<D>(stream, m, run, expected, Dev(input), Dev(input_h),
+                                   Dev(input_c), Dev(params), Dev(output_backprop),
+                                   Dev(output_h_backprop), Dev(output_c_backprop), reserve,
+                                   Dev(input_backprop), Dev(input_h_backprop),
+                                   Dev(input_c_backprop), Dev(params_backprop), scratch);
+      });
 }
 
 #define TF_LSTM_INSTANTIATE_GPU(T)                 \

@@ -8,10 +8,8 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
-#include <type_traits>
 
 #include "cc/gpu/rnn_gpu.h"
-#include "cc/kernels/device.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 
@@ -62,6 +60,19 @@ TF_LSTM_OPS_INTERNAL absl::Status Scratch(tensorflow::OpKernelContext* ctx, size
 // (nothing to retry until it is upgraded), Internal otherwise.
 TF_LSTM_OPS_INTERNAL absl::Status FromCuda(tensorflow::OpKernelContext* ctx, const char* step,
                                             cudaError_t error);
+
+// Every GPU functor's shape: launch(stream, scratch) on the op's stream with `scratch_bytes` of
+// scratch, its cudaError_t turned into a Status naming `step`.
+template <typename Launch>
+TF_LSTM_OPS_INTERNAL absl::Status RunOnStream(tensorflow::OpKernelContext* ctx, const char* step,
+                                               size_t scratch_bytes, Launch launch) {
+  cudaStream_t stream;
+  TF_RETURN_IF_ERROR(Stream(ctx, &stream));
+  tensorflow::Tensor holder;
+  void* scratch;
+  TF_RETURN_IF_ERROR(Scratch(ctx, scratch_bytes, &holder, &scratch));
+  return FromCuda(ctx, step, launch(stream, scratch));
+}
 
 }  // namespace gpu_op
 }  // namespace tf_lstm_ops

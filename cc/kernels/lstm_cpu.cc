@@ -43,9 +43,9 @@ struct Peepholes {
 };
 
 // Offsets every non-null pointer of a per-step tensor set to step t.
-template <typename T>
-LstmActivations<const T*> AtStep(const LstmActivations<const T*>& p, int64_t t, int64_t step) {
-  auto at = [&](const T* q) { return q == nullptr ? nullptr : q + t * step; };
+template <typename P>
+LstmActivations<P> AtStep(const LstmActivations<P>& p, int64_t t, int64_t step) {
+  auto at = [&](P q) { return q == nullptr ? nullptr : q + t * step; };
   return {at(p.i), at(p.cs), at(p.f), at(p.o), at(p.ci), at(p.co), at(p.h)};
 }
 
@@ -135,10 +135,10 @@ void BackwardUnitsFor(const LstmAttrs& attrs, bool direct, int64_t b0, int64_t b
 
 // Peephole gradients of a chunk of `rows` dgates rows, added to acc[0..3H) (wci, wcf, wco):
 // Σ δi ⊙ cs_prev, Σ δf ⊙ cs_prev, Σ δo ⊙ cs; cs_prev_of(r) and cs_of(r) give dgates row r's
-// rows. `partial` is [3H] scratch.
+// rows.
 template <typename T, typename A, typename CsPrevRow, typename CsRow>
 void AddPeepholeGrads(const CPUDevice& d, const LstmAttrs& attrs, int64_t rows, int64_t cell,
-                      const A* dgates, CsPrevRow cs_prev_of, CsRow cs_of, A* partial, A* acc) {
+                      const A* dgates, CsPrevRow cs_prev_of, CsRow cs_of, A* acc) {
   const GateBlocks blk = BlocksOf(attrs.layout);
   const int64_t g = 4 * cell;
   ReduceRows<A>(d, rows, 3 * cell, [&](int64_t r, int64_t q) {
@@ -146,8 +146,7 @@ void AddPeepholeGrads(const CPUDevice& d, const LstmAttrs& attrs, int64_t rows, 
     const int block = which == 0 ? blk.i : (which == 1 ? blk.f : blk.o);
     const T* state = which == 2 ? cs_of(r) : cs_prev_of(r);
     return dgates[r * g + block * cell + j] * A(state[j]);
-  }, partial);
-  for (int64_t q = 0; q < 3 * cell; ++q) acc[q] += partial[q];
+  }, acc, /*accumulate=*/true);
 }
 
 // The forward's two products: the input projection x·Wx and each slice's recurrent h·Wh_u.
@@ -262,7 +261,7 @@ struct LstmForward<CPUDevice, T> {
                     int64_t seq_len_max, const LstmInputs<T>& in, const LstmActivations<T*>& out) {
     using A = AccFor<T>;
     const CPUDevice& d = ctx->eigen_device<CPUDevice>();
-    const int64_t B = dims.batch, I = dims.input, H = dims.cell, G = 4 * H, L = seq_len_max;
+    const int64_t B = dims.batch, H = dims.cell, G = 4 * H, L = seq_len_max;
     const int64_t step = B * H;
 
     // Steps past seq_len_max are zero in every output (TF leaves i, f, o, ci, co uninitialised).
@@ -302,12 +301,10 @@ struct LstmForward<CPUDevice, T> {
           A* rec_u = rec + B * packing.col0(u);
           products.Recur(u, t, rec_u);
           const T* cs_prev = t == 0 ? in.cs_prev : out.cs + (t - 1) * step;
-          auto at_t = [&](T* p) { return p + t * step; };
-          const LstmActivations<T*> out_t{at_t(out.i),  at_t(out.cs), at_t(out.f), at_t(out.o),
-                                          at_t(out.ci), at_t(out.co), at_t(out.h)};
           ForwardUnits<T, A, MathFor<T>, decltype(peephole)::value, decltype(clip)::value>(
               B, j0, j0 + n, H, blk, params.forget_bias, params.cell_clip, xw + s * B * G, rec_u,
-              packing.gate_cols(u), bias, cs_prev, peep, out_t, products.StateOut(t));
+              packing.gate_cols(u), bias, cs_prev, peep, AtStep(out, t, step),
+              products.StateOut(t));
         });
       }
     });
@@ -363,8 +360,8 @@ struct LstmBackward<CPUDevice, T> {
     TF_RETURN_IF_ERROR(AllocateScratch(ctx, chunk * B * G, &dg_holder, &dgates));
     TF_RETURN_IF_ERROR(AllocateScratch(ctx, step, &dc_holder, &dc));
     TF_RETURN_IF_ERROR(AllocateScratch(ctx, step, &dh_holder, &dh));
-    // db [G], the peephole sums [3H], and the partial sums of a chunk [G + 3H]
-    TF_RETURN_IF_ERROR(AllocateScratch(ctx, 2 * G + 6 * H, &sums_holder, &sums));
+    // db [G] and the peephole sums [3H]
+    TF_RETURN_IF_ERROR(AllocateScratch(ctx, G + 3 * H, &sums_holder, &sums));
     if constexpr (std::is_same_v<T, A>) {
       dx = grads.x;
       dw = grads.w;
@@ -373,8 +370,7 @@ struct LstmBackward<CPUDevice, T> {
       TF_RETURN_IF_ERROR(AllocateScratch(ctx, (I + H) * G, &dw_holder, &dw));
     }
     A* db = sums;
-    A* peep_sums = sums + G;      // [3H]: wci, wcf, wco
-    A* partial = sums + G + 3 * H;
+    A* peep_sums = sums + G;  // [3H]: wci, wcf, wco
     Fill(d, sums, G + 3 * H, A(0));
     A* dw_h = dw + I * G;
 
@@ -421,8 +417,8 @@ struct LstmBackward<CPUDevice, T> {
         Gemm(d, true, false, H, G, B, h_prev, dgates, !first, dw_h);
         Gemm(d, true, false, H, G, rows - B, h_seq, dgates + B * G, true, dw_h);
       }
-      ReduceRows<A>(d, rows, G, [&](int64_t r, int64_t j) { return dgates[r * G + j]; }, partial);
-      for (int64_t j = 0; j < G; ++j) db[j] += partial[j];
+      ReduceRows<A>(d, rows, G, [&](int64_t r, int64_t j) { return dgates[r * G + j]; }, db,
+                    /*accumulate=*/true);
       if (attrs.use_peephole) {
         // dgates row r is step t0 + r / B, whose cs_prev is (t == 0 ? cs_prev : cs[t-1]).
         auto cs_prev_of = [&](int64_t r) {
@@ -430,8 +426,7 @@ struct LstmBackward<CPUDevice, T> {
           return k < B ? in.cs_prev + k * H : act.cs + (k - B) * H;
         };
         auto cs_of = [&](int64_t r) { return act.cs + (t0 * B + r) * H; };
-        AddPeepholeGrads<T, A>(d, attrs, rows, H, dgates, cs_prev_of, cs_of, partial + G,
-                               peep_sums);
+        AddPeepholeGrads<T, A>(d, attrs, rows, H, dgates, cs_prev_of, cs_of, peep_sums);
       }
       t1 = t0;
     }
@@ -481,12 +476,12 @@ struct LstmCellBackward<CPUDevice, T> {
     Convert(d, dc, cs_prev_grad, step);
     if (attrs.use_peephole) {
       Tensor sums_holder;
-      A* sums;  // [3H] sums, [3H] partial
-      TF_RETURN_IF_ERROR(AllocateScratch(ctx, 6 * H, &sums_holder, &sums));
+      A* sums;  // [3H]: wci, wcf, wco
+      TF_RETURN_IF_ERROR(AllocateScratch(ctx, 3 * H, &sums_holder, &sums));
       Fill(d, sums, 3 * H, A(0));
       auto cs_prev_of = [&](int64_t r) { return in.cs_prev + r * H; };
       auto cs_of = [&](int64_t r) { return act.cs + r * H; };
-      AddPeepholeGrads<T, A>(d, attrs, B, H, dgates, cs_prev_of, cs_of, sums + 3 * H, sums);
+      AddPeepholeGrads<T, A>(d, attrs, B, H, dgates, cs_prev_of, cs_of, sums);
       Convert(d, sums, wci_grad, H);
       Convert(d, sums + H, wcf_grad, H);
       Convert(d, sums + 2 * H, wco_grad, H);

@@ -114,15 +114,12 @@ absl::Status LstmForward<GpuDevice, T>::operator()(OpKernelContext* ctx, const L
                                                    const LstmInputs<T>& in,
                                                    const LstmActivations<T*>& out) {
   using D = StorageOf<T>;
-  cudaStream_t stream;
-  TF_RETURN_IF_ERROR(gpu_op::Stream(ctx, &stream));
-  Tensor holder;
-  void* scratch;
-  TF_RETURN_IF_ERROR(gpu_op::Scratch(
-      ctx, gpu::LstmForwardScratchBytes<D>(dims, attrs, seq_len_max), &holder, &scratch));
-  return gpu_op::FromCuda(ctx, "the forward pass",
-                          gpu::LstmForward<D>(stream, dims, attrs, seq_len_max, DevInputs(in),
-                                              DevActivations(out), scratch));
+  return gpu_op::RunOnStream(
+      ctx, "the forward pass", gpu::LstmForwardScratchBytes<D>(dims, attrs, seq_len_max),
+      [&](cudaStream_t stream, void* scratch) {
+        return gpu::LstmForward<D>(stream, dims, attrs, seq_len_max, DevInputs(in),
+                                   DevActivations(out), scratch);
+      });
 }
 
 template <typename T>
@@ -131,16 +128,13 @@ absl::Status LstmBackward<GpuDevice, T>::operator()(
     const LstmInputs<T>& in, const LstmActivations<const T*>& act,
     const LstmActivations<const T*>& out_grads, const LstmInputGrads<T>& grads) {
   using D = StorageOf<T>;
-  cudaStream_t stream;
-  TF_RETURN_IF_ERROR(gpu_op::Stream(ctx, &stream));
-  Tensor holder;
-  void* scratch;
-  TF_RETURN_IF_ERROR(gpu_op::Scratch(
-      ctx, gpu::LstmBackwardScratchBytes<D>(dims, attrs, seq_len_max), &holder, &scratch));
-  return gpu_op::FromCuda(
-      ctx, "the backward pass",
-      gpu::LstmBackward<D>(stream, dims, attrs, seq_len_max, DevInputs(in), DevActivations(act),
-                           DevActivations(out_grads), DevGrads(grads), scratch));
+  return gpu_op::RunOnStream(
+      ctx, "the backward pass", gpu::LstmBackwardScratchBytes<D>(dims, attrs, seq_len_max),
+      [&](cudaStream_t stream, void* scratch) {
+        return gpu::LstmBackward<D>(stream, dims, attrs, seq_len_max, DevInputs(in),
+                                    DevActivations(act), DevActivations(out_grads),
+                                    DevGrads(grads), scratch);
+      });
 }
 
 template <typename T>
@@ -149,17 +143,14 @@ absl::Status LstmCellBackward<GpuDevice, T>::operator()(
     const LstmActivations<const T*>& act, const LstmActivations<const T*>& out_grads,
     T* cs_prev_grad, T* dgates, T* wci_grad, T* wcf_grad, T* wco_grad) {
   using D = StorageOf<T>;
-  cudaStream_t stream;
-  TF_RETURN_IF_ERROR(gpu_op::Stream(ctx, &stream));
-  Tensor holder;
-  void* scratch;
-  TF_RETURN_IF_ERROR(gpu_op::Scratch(ctx, gpu::LstmCellBackwardScratchBytes<D>(dims, attrs),
-                                     &holder, &scratch));
-  return gpu_op::FromCuda(
-      ctx, "the cell's backward step",
-      gpu::LstmCellBackward<D>(stream, dims, attrs, DevInputs(in), DevActivations(act),
-                               DevActivations(out_grads), Dev(cs_prev_grad), Dev(dgates),
-                               Dev(wci_grad), Dev(wcf_grad), Dev(wco_grad), scratch));
+  return gpu_op::RunOnStream(
+      ctx, "the cell's backward step", gpu::LstmCellBackwardScratchBytes<D>(dims, attrs),
+      [&](cudaStream_t stream, void* scratch) {
+        return gpu::LstmCellBackward<D>(stream, dims, attrs, DevInputs(in), DevActivations(act),
+                                        DevActivations(out_grads), Dev(cs_prev_grad),
+                                        Dev(dgates), Dev(wci_grad), Dev(wcf_grad),
+                                        Dev(wco_grad), scratch);
+      });
 }
 
 #define TF_LSTM_INSTANTIATE_GPU(T)                  \
