@@ -100,7 +100,6 @@ class CudaBackend {
 
   explicit CudaBackend(cudaStream_t stream) : stream_(stream) {}
   void SetBlasWorkspace(void* workspace) { workspace_ = workspace; }
-  cudaStream_t stream() const { return stream_; }
 
   template <typename F>
   cudaError_t ForEach(int64_t n, const F& f) const {

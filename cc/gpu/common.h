@@ -212,8 +212,8 @@ cudaError_t Upload(const Backend& be, const V* host, V* dst, int64_t n) {
 }
 
 // For failures that are not CUDA errors (cuBLAS missing or failing): the launchers return
-// cudaErrorUnknown or the closest cudaError_t and put the explanation here (thread-local).
-const char* ErrorDetail();
+// cudaErrorUnknown or the closest cudaError_t and put the explanation here (thread-local), for
+// rnn_gpu.h's ErrorDetail().
 void SetErrorDetail(const char* message);
 
 }  // namespace gpu

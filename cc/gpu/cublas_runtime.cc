@@ -1,4 +1,5 @@
-// Driver check, cuBLAS loaded with dlopen, and the thread-local error detail.
+// Driver check (rnn_gpu.h's Initialize), cuBLAS loaded with dlopen, and the thread-local error
+// detail.
 #include "cc/gpu/cublas_runtime.h"
 
 #include <dlfcn.h>
@@ -11,6 +12,7 @@
 #include <unordered_map>
 
 #include "cc/gpu/common.h"
+#include "cc/gpu/rnn_gpu.h"
 
 namespace tf_lstm_ops {
 namespace gpu {
@@ -116,11 +118,8 @@ cudaError_t HandleFor(const BlasApi& api, BlasHandle* handle) {
   return cudaSuccess;
 }
 
-}  // namespace
-
-const char* ErrorDetail() { return error_detail.c_str(); }
-void SetErrorDetail(const char* message) { error_detail = message; }
-
+// Whether float GEMMs may use TF32 tensor cores (TF_LSTM_OPS_ALLOW_TF32=1; default off, so
+// float32 results are full fp32 as on the CPU).
 bool AllowTf32() {
   static const bool allow = [] {
     const char* v = std::getenv("TF_LSTM_OPS_ALLOW_TF32");
@@ -129,7 +128,14 @@ bool AllowTf32() {
   return allow;
 }
 
-cudaError_t InitializeRuntime() {
+}  // namespace
+
+const char* ErrorDetail() { return error_detail.c_str(); }
+void SetErrorDetail(const char* message) { error_detail = message; }
+
+// Once per process: the driver must support the CUDA runtime this library was built with, and
+// cuBLAS must load. cudaSuccess, or an error with ErrorDetail() saying what to do.
+cudaError_t Initialize() {
   static cudaError_t status = cudaSuccess;
   static std::string detail;
   static std::once_flag once;

@@ -1,6 +1,7 @@
-// The CUDA runtime services the GPU engines need beyond kernels: the driver check at first use
-// and cuBLAS, loaded at run time with dlopen (no link-time dependency and no cuBLAS headers: the
-// process's TensorFlow or PyTorch has normally loaded a libcublas already, which is reused).
+// The CUDA runtime services the GPU engines need beyond kernels: cuBLAS, loaded at run time with
+// dlopen (no link-time dependency and no cuBLAS headers: the process's TensorFlow or PyTorch has
+// normally loaded a libcublas already, which is reused). The driver check and the cuBLAS loading
+// at first use are rnn_gpu.h's Initialize() (defined in cublas_runtime.cc).
 #ifndef TF_LSTM_OPS_CC_GPU_CUBLAS_RUNTIME_H_
 #define TF_LSTM_OPS_CC_GPU_CUBLAS_RUNTIME_H_
 
@@ -12,10 +13,6 @@
 namespace tf_lstm_ops {
 namespace gpu {
 
-// Once per process: the driver must support the CUDA runtime this library was built with, and
-// cuBLAS must load. cudaSuccess, or an error with ErrorDetail() saying what to do.
-cudaError_t InitializeRuntime();
-
 // cublasGemmEx on `stream` with `workspace`, column-major, alpha = 1, beta = accumulate ? 1 : 0.
 // A and B share a type; C is float (with float, half or bfloat16 inputs: CUBLAS_COMPUTE_32F, or
 // CUBLAS_COMPUTE_32F_FAST_TF32 for float inputs when TF_LSTM_OPS_ALLOW_TF32=1) or double.
@@ -23,10 +20,6 @@ cudaError_t BlasGemmEx(cudaStream_t stream, void* workspace, size_t workspace_by
                        bool trans_b, int m, int n, int k, const void* a, cudaDataType a_type,
                        int lda, const void* b, cudaDataType b_type, int ldb, bool accumulate,
                        void* c, cudaDataType c_type, int ldc);
-
-// Whether float GEMMs may use TF32 tensor cores (TF_LSTM_OPS_ALLOW_TF32=1; default off, so
-// float32 results are full fp32 as on the CPU).
-bool AllowTf32();
 
 }  // namespace gpu
 }  // namespace tf_lstm_ops

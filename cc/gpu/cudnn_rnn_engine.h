@@ -32,6 +32,7 @@
 #include <type_traits>
 
 #include "cc/gpu/common.h"
+#include "cc/gpu/rnn_gpu.h"
 #include "cc/kernels/cudnn_rnn_types.h"
 #include "cc/kernels/rnn_cell.h"
 
@@ -428,7 +429,7 @@ struct LstmBackFn {
     g[2 * H + j] = gr.d_c;
     g[3 * H + j] = gr.d_o;
     dc[i] = gr.cs_prev_grad;
-    if (m_seq != nullptr) m_seq[i] = s[3 * H + j] * Math::Tanh(cv);  // m = o * tanh(c)
+    if (m_seq != nullptr) m_seq[i] = s[3 * H + j] * co;  // m = o * tanh(c)
   }
 };
 
@@ -668,13 +669,9 @@ struct RnnEngine {
   static constexpr int kPersistentThreads = 256;
   using PersistentFn = rnn_detail::PersistentForwardFn<A, Math>;
 
-  // The persistent launch's grid: `blocks` blocks of `units` hidden units each (blocks == 0: the
-  // per-step path).
-  struct PersistentPlan {
-    int blocks = 0;
-    int64_t units = 0;
-    size_t shared_bytes = 0;
-  };
+  // The persistent launch's grid: `blocks` blocks of `units_per_block` hidden units each
+  // (blocks == 0: the per-step path); rnn_gpu.h's RnnForwardPath, which reports it.
+  using PersistentPlan = RnnForwardPath;
 
   // Test-only switch (documented in tests/test_gpu_rnn_engine.py): TF_LSTM_OPS_RNN_PERSISTENT=0
   // takes the per-step path always, so the tests can compare the two paths.
@@ -713,11 +710,11 @@ struct RnnEngine {
                                                  const Layer& pl, const int32_t* len,
                                                  const ForwardBuffers& f) {
     const int64_t splits =
-        PersistentFn::Splits(run.batch * m.gates() * plan.units, kPersistentThreads);
+        PersistentFn::Splits(run.batch * m.gates() * plan.units_per_block, kPersistentThreads);
     const PersistentFn fn{pl.r,      f.xw,      pl.bias_w,   pl.bias_r, pl.h0,
                           pl.c0,     pl.h,      pl.c,        pl.gates,  f.rec,
                           len,       run.time,  run.batch,   m.num_units, pl.dir,
-                          m.gates(), plan.units, kPersistentThreads, m.mode, splits};
+                          m.gates(), plan.units_per_block, kPersistentThreads, m.mode, splits};
     return be.Persistent(plan.blocks, kPersistentThreads, plan.shared_bytes, run.time,
                          PersistentFn::kParts, fn);
   }

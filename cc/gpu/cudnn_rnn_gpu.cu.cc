@@ -24,8 +24,7 @@ cudaError_t RnnForward(cudaStream_t stream, const RnnModel& m, const RnnRun& run
 
 template <typename T>
 RnnForwardPath RnnForwardPathOf(const RnnModel& m, const RnnRun& run) {
-  const auto plan = RnnEngine<CudaBackend, T>::PlanPersistent(CudaBackend(nullptr), m, run);
-  return RnnForwardPath{plan.blocks, plan.units, plan.shared_bytes};
+  return RnnEngine<CudaBackend, T>::PlanPersistent(CudaBackend(nullptr), m, run);
 }
 
 template <typename T>

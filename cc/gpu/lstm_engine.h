@@ -211,15 +211,6 @@ struct PeepholeChunking {
   }
 };
 
-// Runtime flags as compile-time ones: fn(std::bool_constant<a>{}, std::bool_constant<b>{}).
-template <typename Fn>
-cudaError_t WithFlags(bool a, bool b, Fn fn) {
-  using Yes = std::true_type;
-  using No = std::false_type;
-  if (a) return b ? fn(Yes{}, Yes{}) : fn(Yes{}, No{});
-  return b ? fn(No{}, Yes{}) : fn(No{}, No{});
-}
-
 }  // namespace lstm
 
 template <typename Backend, typename T>
@@ -237,13 +228,12 @@ struct LstmEngine {
     A* xw = nullptr;   // [L·B, 4H] x·Wx for every step
     A* rec = nullptr;  // [B, 4H] h_{t-1}·Wh of the current step
   };
-  static bool ForwardRuns(const LstmDims& d, int64_t L) {
-    return L > 0 && d.batch > 0 && d.cell > 0;
-  }
+  // Whether Forward and Backward have anything to run (else they only write zeros).
+  static bool Runs(const LstmDims& d, int64_t L) { return L > 0 && d.batch > 0 && d.cell > 0; }
   static ForwardScratch CarveForward(ScratchCarver& c, const LstmDims& d, const LstmAttrs&,
                                      int64_t L) {
     ForwardScratch s;
-    if (!ForwardRuns(d, L)) return s;
+    if (!Runs(d, L)) return s;
     const int64_t B = d.batch, G = 4 * d.cell;
     s.blas = c.TakeBytes(Backend::kBlasWorkspaceBytes);
     s.xw = c.Take<A>(L * B * G);
@@ -264,11 +254,10 @@ struct LstmEngine {
     A* ones = nullptr;    // [L·B]
     A* partial = nullptr; // [chunks, 3H] (use_peephole only)
   };
-  static bool BackwardRuns(const LstmDims& d, int64_t L) { return ForwardRuns(d, L); }
   static BackwardScratch CarveBackward(ScratchCarver& c, const LstmDims& d, const LstmAttrs& at,
                                        int64_t L) {
     BackwardScratch s;
-    if (!BackwardRuns(d, L)) return s;
+    if (!Runs(d, L)) return s;
     const int64_t B = d.batch, I = d.input, H = d.cell, G = 4 * H, rows = L * B;
     s.blas = c.TakeBytes(Backend::kBlasWorkspaceBytes);
     s.dgates = c.Take<A>(rows * G);
@@ -328,13 +317,10 @@ struct LstmEngine {
     // Steps past seq_len_max are zero in every output.
     const int64_t tail = (d.time - L) * step;
     if (tail > 0) {
-      auto at_l = [&](T* p) { return p + L * step; };
-      TF_LSTM_GPU_RETURN_IF_ERROR(be.ForEach(
-          7 * tail, lstm::ZeroOutputsFn<T>{{at_l(out.i), at_l(out.cs), at_l(out.f), at_l(out.o),
-                                            at_l(out.ci), at_l(out.co), at_l(out.h)},
-                                           tail}));
+      TF_LSTM_GPU_RETURN_IF_ERROR(
+          be.ForEach(7 * tail, lstm::ZeroOutputsFn<T>{AtStep(out, L, step), tail}));
     }
-    if (!ForwardRuns(d, L)) return cudaSuccess;
+    if (!Runs(d, L)) return cudaSuccess;
 
     ScratchCarver carver(scratch);
     const ForwardScratch s = CarveForward(carver, d, at, L);
@@ -355,12 +341,10 @@ struct LstmEngine {
       const T* h_state = t == 0 ? in.h_prev : out.h + (t - 1) * step;
       TF_LSTM_GPU_RETURN_IF_ERROR(Gemm(be, false, false, B, G, H, h_state, w_h, false, s.rec));
       const T* cs_prev = t == 0 ? in.cs_prev : out.cs + (t - 1) * step;
-      auto at_t = [&](T* p) { return p + t * step; };
-      const LstmActivations<T*> out_t{at_t(out.i),  at_t(out.cs), at_t(out.f), at_t(out.o),
-                                      at_t(out.ci), at_t(out.co), at_t(out.h)};
+      const LstmActivations<T*> out_t = AtStep(out, t, step);
       const A* xw_t = s.xw + t * B * G;
       TF_LSTM_GPU_RETURN_IF_ERROR(
-          lstm::WithFlags(at.use_peephole, clip, [&](auto peephole, auto clip_c) {
+          WithFlags(at.use_peephole, clip, [&](auto peephole, auto clip_c) {
             return be.ForEach(
                 step, lstm::ForwardStepFn<T, A, MathFor<T>, decltype(peephole)::value,
                                           decltype(clip_c)::value>{
@@ -386,19 +370,18 @@ struct LstmEngine {
 
     // Steps at or past seq_len_max do not influence the outputs: their x_grad is zero.
     TF_LSTM_GPU_RETURN_IF_ERROR(Fill(be, grads.x + rows * I, (d.time - L) * B * I, zero));
-    if (!at.use_peephole) {
+    // The peephole gradients are zero without use_peephole, or when nothing runs.
+    const bool runs = Runs(d, L);
+    if (!at.use_peephole || !runs) {
       TF_LSTM_GPU_RETURN_IF_ERROR(FillPeepholes(be, grads.wci, grads.wcf, grads.wco, H));
     }
-    if (!BackwardRuns(d, L)) {
+    if (!runs) {
       // Nothing ran (or nothing has size): every remaining gradient is zero.
       TF_LSTM_GPU_RETURN_IF_ERROR(Fill(be, grads.x, rows * I, zero));
       TF_LSTM_GPU_RETURN_IF_ERROR(Fill(be, grads.cs_prev, step, zero));
       TF_LSTM_GPU_RETURN_IF_ERROR(Fill(be, grads.h_prev, step, zero));
       TF_LSTM_GPU_RETURN_IF_ERROR(Fill(be, grads.w, (I + H) * G, zero));
       TF_LSTM_GPU_RETURN_IF_ERROR(Fill(be, grads.b, G, zero));
-      if (at.use_peephole) {
-        TF_LSTM_GPU_RETURN_IF_ERROR(FillPeepholes(be, grads.wci, grads.wcf, grads.wco, H));
-      }
       return cudaSuccess;
     }
 
@@ -420,7 +403,7 @@ struct LstmEngine {
       const bool first = t == L - 1;
       A* dgates_t = s.dgates + t * B * G;
       TF_LSTM_GPU_RETURN_IF_ERROR(
-          lstm::WithFlags(at.use_peephole, direct, [&](auto peephole, auto direct_c) {
+          WithFlags(at.use_peephole, direct, [&](auto peephole, auto direct_c) {
             return be.ForEach(
                 step,
                 lstm::BackwardStepFn<T, A, decltype(peephole)::value, decltype(direct_c)::value>{
@@ -511,7 +494,7 @@ struct LstmEngine {
       dc_t = nullptr;
     }
     TF_LSTM_GPU_RETURN_IF_ERROR(
-        lstm::WithFlags(at.use_peephole, direct, [&](auto peephole, auto direct_c) {
+        WithFlags(at.use_peephole, direct, [&](auto peephole, auto direct_c) {
           return be.ForEach(
               step,
               lstm::BackwardStepFn<T, A, decltype(peephole)::value, decltype(direct_c)::value>{
@@ -532,13 +515,6 @@ struct LstmEngine {
     TF_LSTM_GPU_RETURN_IF_ERROR(Fill(be, wci, H, zero));
     TF_LSTM_GPU_RETURN_IF_ERROR(Fill(be, wcf, H, zero));
     return Fill(be, wco, H, zero);
-  }
-
-  // Offsets every non-null pointer of a per-step tensor set to step t.
-  static LstmActivations<const T*> AtStep(const LstmActivations<const T*>& p, int64_t t,
-                                          int64_t step) {
-    auto at = [&](const T* q) { return q == nullptr ? nullptr : q + t * step; };
-    return {at(p.i), at(p.cs), at(p.f), at(p.o), at(p.ci), at(p.co), at(p.h)};
   }
 
   // The output itself when T == A (written in place), else the A scratch.

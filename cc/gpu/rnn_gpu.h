@@ -91,9 +91,9 @@ cudaError_t RnnForward(cudaStream_t stream, const RnnModel& m, const RnnRun& run
 // (small batches without a projection, when it fits); blocks == 0 is a GEMM and a kernel per
 // step. Backprop always runs per step.
 struct RnnForwardPath {
-  int blocks;
-  int64_t units_per_block;
-  size_t shared_bytes;
+  int blocks = 0;
+  int64_t units_per_block = 0;
+  size_t shared_bytes = 0;
 };
 template <typename T>
 RnnForwardPath RnnForwardPathOf(const RnnModel& m, const RnnRun& run);

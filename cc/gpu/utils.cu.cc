@@ -1,11 +1,9 @@
-// The launcher API's small utilities: Initialize, FillZero, CopyDevice.
+// The launcher API's small utilities: FillZero, CopyDevice (Initialize: cublas_runtime.cc).
 #include "cc/gpu/backend_cuda.cuh"
 #include "cc/gpu/rnn_gpu.h"
 
 namespace tf_lstm_ops {
 namespace gpu {
-
-cudaError_t Initialize() { return InitializeRuntime(); }
 
 template <typename T>
 cudaError_t FillZero(cudaStream_t stream, T* dst, int64_t n) {

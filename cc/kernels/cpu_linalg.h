@@ -47,19 +47,6 @@ void ParallelFor(const CPUDevice& d, int64_t n, double bytes, double cycles, Fn 
                 [&fn](Eigen::Index begin, Eigen::Index end) { fn(begin, end); });
 }
 
-// Calls fn(std::bool_constant<a>, std::bool_constant<b>): runtime flags become template
-// arguments, so loops specialised on them carry no branches and vectorise.
-template <typename Fn>
-void WithFlags(bool a, bool b, Fn fn) {
-  using Yes = std::true_type;
-  using No = std::false_type;
-  if (a) {
-    b ? fn(Yes{}, Yes{}) : fn(Yes{}, No{});
-  } else {
-    b ? fn(No{}, Yes{}) : fn(No{}, No{});
-  }
-}
-
 // dst[k] = To(src[k]) for k < n.
 template <typename From, typename To>
 void Convert(const CPUDevice& d, const From* src, To* dst, int64_t n) {

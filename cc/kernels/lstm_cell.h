@@ -140,6 +140,16 @@ TF_LSTM_HOST_DEVICE inline CellGradients<Acc> CellBackward(bool use_peephole,
   return g;
 }
 
+// Calls fn(std::bool_constant<a>{}, std::bool_constant<b>{}) and returns its result: runtime
+// flags become template arguments, so loops specialised on them carry no branches and vectorise.
+template <typename Fn>
+auto WithFlags(bool a, bool b, Fn fn) {
+  using Yes = std::true_type;
+  using No = std::false_type;
+  if (a) return b ? fn(Yes{}, Yes{}) : fn(Yes{}, No{});
+  return b ? fn(No{}, Yes{}) : fn(No{}, No{});
+}
+
 }  // namespace tf_lstm_ops
 
 #endif  // TF_LSTM_OPS_CC_KERNELS_LSTM_CELL_H_

@@ -42,13 +42,6 @@ struct Peepholes {
   }
 };
 
-// Offsets every non-null pointer of a per-step tensor set to step t.
-template <typename P>
-LstmActivations<P> AtStep(const LstmActivations<P>& p, int64_t t, int64_t step) {
-  auto at = [&](P q) { return q == nullptr ? nullptr : q + t * step; };
-  return {at(p.i), at(p.cs), at(p.f), at(p.o), at(p.ci), at(p.co), at(p.h)};
-}
-
 // The fused forward pass of one step for the units [j0, j1) of every batch row: bias,
 // activations, state update and the seven saved outputs. `rec` is this unit range's recurrent
 // block h·Wh, [B, 4·rec_gate] with the gates in blk order, each in a block of rec_gate >= j1 - j0

@@ -34,6 +34,13 @@ struct LstmActivations {
   P i, cs, f, o, ci, co, h;
 };
 
+// A per-sequence tensor set at step t: every non-null pointer offset by t·step elements.
+template <typename P>
+inline LstmActivations<P> AtStep(const LstmActivations<P>& p, int64_t t, int64_t step) {
+  auto at = [&](P q) -> P { return q == nullptr ? nullptr : q + t * step; };
+  return {at(p.i), at(p.cs), at(p.f), at(p.o), at(p.ci), at(p.co), at(p.h)};
+}
+
 // Gradients w.r.t. the eight float inputs, shaped like them.
 template <typename T>
 struct LstmInputGrads {

@@ -18,11 +18,12 @@ namespace tf_lstm_ops {
 namespace gpu {
 namespace selftest {
 
-// Pointers arrive as Python ints.
+// Pointers and streams arrive as Python ints.
 template <typename P>
 P* Ptr(uintptr_t address) {
   return reinterpret_cast<P*>(address);
 }
+inline cudaStream_t Stream(uintptr_t stream) { return reinterpret_cast<cudaStream_t>(stream); }
 
 // "host" or "cuda"; anything else is a ValueError.
 inline bool IsCuda(const std::string& backend) {

@@ -48,8 +48,6 @@ void CheckSeqLenMax(const LstmDims& dims, int64_t seq_len_max) {
   }
 }
 
-cudaStream_t Stream(uintptr_t stream) { return reinterpret_cast<cudaStream_t>(stream); }
-
 template <typename T>
 LstmInputs<T> Inputs(uintptr_t x, uintptr_t cs_prev, uintptr_t h_prev, uintptr_t w,
                      uintptr_t wci, uintptr_t wcf, uintptr_t wco, uintptr_t b) {

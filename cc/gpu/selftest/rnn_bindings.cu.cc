@@ -9,7 +9,6 @@
 // and, where it matters, the dropout (rate, seed, call). Pointers are Python ints.
 #include <pybind11/stl.h>
 
-#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -86,8 +85,6 @@ struct RnnCall {
     return MakeReserveHeader(m, run, dropout, sizeof(T), sizeof(Acc<T>));
   }
 };
-
-cudaStream_t Stream(uintptr_t stream) { return reinterpret_cast<cudaStream_t>(stream); }
 
 #define TF_LSTM_RNN_MODEL_ARGS                                                              \
   const std::string &mode, int64_t num_layers, int64_t num_units, int64_t input_size,      \
@@ -192,8 +189,7 @@ void RegisterRnn(py::module_& mod) {
         const RnnForwardPath path = WithDtype(dtype, [&](auto tag) -> RnnForwardPath {
           using T = decltype(tag);
           if (cuda) return RnnForwardPathOf<T>(c.m, c.run);
-          const auto plan = RnnEngine<HostBackend, T>::PlanPersistent(HostBackend(), c.m, c.run);
-          return RnnForwardPath{plan.blocks, plan.units, plan.shared_bytes};
+          return RnnEngine<HostBackend, T>::PlanPersistent(HostBackend(), c.m, c.run);
         });
         py::dict d;
         d["path"] = path.blocks > 0 ? "persistent" : "per_step";
