@@ -106,6 +106,27 @@ def rng(request):
     return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
 
 
+@pytest.fixture(scope="session")
+def nvcc():
+    """nvcc's path (cc/gpu/selftest/build.py); skips the test when it is missing: the only reason
+    to skip the self-test module's tests, without nvcc nothing can be built."""
+    from cc.gpu.selftest import build  # pytest.ini puts the repo on sys.path
+
+    try:
+        return build.find_nvcc()
+    except RuntimeError as e:
+        pytest.skip(str(e))
+
+
+@pytest.fixture(scope="session")
+def selftest_module(nvcc):
+    """The GPU self-test module (cc/gpu/selftest), built with nvcc for sm_80 and loaded once per
+    session; shared by tests/test_gpu_lstm_engine.py and tests/test_gpu_rnn_engine.py."""
+    from cc.gpu.selftest import build
+
+    return build.load(arch="80")
+
+
 @pytest.fixture
 def raw():
     """tf_lstm_ops.raw (imported lazily: a missing library makes the test error, not skip)."""

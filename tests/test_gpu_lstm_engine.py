@@ -12,21 +12,17 @@ Skipped only when nvcc is missing.
 import numpy as np
 import pytest
 
-from cc.gpu.selftest import build  # noqa: E402  (pytest.ini puts the repo on sys.path)
-from cc.gpu.selftest import lstm_checks as checks  # noqa: E402
+from cc.gpu.selftest import lstm_checks as checks  # noqa: E402  (pytest.ini: repo on sys.path)
 
 DTYPES = checks.DTYPES
 SHAPES = checks.SEQ_SHAPES
 SHAPE_IDS = ["T%dB%dI%dH%dL%d" % s for s in SHAPES]
 
 
-@pytest.fixture(scope="module")
-def module():
-    try:
-        build.find_nvcc()
-    except RuntimeError as e:
-        pytest.skip(str(e))
-    return build.load(arch="80")
+@pytest.fixture
+def module(selftest_module):
+    """conftest.py's session-wide self-test module (skips without nvcc)."""
+    return selftest_module
 
 
 @pytest.fixture

@@ -4,36 +4,26 @@ CUDA calls executed on the CPU) and cc/gpu/selftest/rnn_checks.py compares it wi
 reference in every dtype, and with the CPU TensorFlow op, whose reserve-space format it shares."""
 
 import dataclasses
-import zlib
 
 import numpy as np
 import pytest
 
 import cudnn_reference as R
 
-from cc.gpu.selftest import build  # noqa: E402  (pytest.ini puts the repo on sys.path)
-from cc.gpu.selftest import rnn_checks as C  # noqa: E402
+from cc.gpu.selftest import rnn_checks as C  # noqa: E402  (pytest.ini: repo on sys.path)
 
 CASES = C.engine_cases()
 
 
-@pytest.fixture(scope="module")
-def mod():
-    try:
-        build.find_nvcc()
-    except RuntimeError as e:  # the only reason to skip: without nvcc nothing can be built
-        pytest.skip(str(e))
-    return build.load(arch="80")
+@pytest.fixture
+def mod(selftest_module):
+    """conftest.py's session-wide self-test module (skips without nvcc)."""
+    return selftest_module
 
 
 @pytest.fixture
 def alloc():
     return C.NumpyAllocator()
-
-
-@pytest.fixture
-def rng(request):
-    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -141,15 +131,6 @@ def _tf_backprop(tf, case, kw, fwd, cot, reserve, dtype):
                                                     **R.tf_attrs(case.cfg, 3, case.time_major))
 
 
-def _close(actual, expected, tol, name):
-    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
-    assert actual.shape == expected.shape, name
-    if actual.size:
-        scale = max(1.0, float(np.max(np.abs(expected))))
-        err = float(np.max(np.abs(actual - expected)))
-        assert err <= tol * scale, "%s: max abs err %.3g" % (name, err)
-
-
 @pytest.mark.parametrize("case", TF_CASES, ids=[c.name for c in TF_CASES])
 def test_matches_cpu_op_float64_with_identical_reserve_space(mod, alloc, rng, tf_ops, case):
     tf, dtype, tol = tf_ops, "float64", 1e-12
@@ -157,13 +138,13 @@ def test_matches_cpu_op_float64_with_identical_reserve_space(mod, alloc, rng, tf
     ours = C.run_forward(mod, alloc, case, dtype, inp)
     theirs, kw = _tf_forward(case, inp, dtype)
     for k in ("output", "output_h") + (("output_c",) if case.mode == "lstm" else ()):
-        _close(ours[k], getattr(theirs, k).numpy(), tol, k)
+        R.assert_close(ours[k], getattr(theirs, k).numpy(), tol, k)
     # The reserve space: same size, same header, same saved activations.
     reserve = np.frombuffer(theirs.reserve_space.numpy().tobytes(), np.uint8)
     assert len(reserve) == len(ours["workspace"])
     assert reserve[:C.HEADER_BYTES].tobytes() == ours["workspace"][:C.HEADER_BYTES].tobytes()
-    _close(C.workspace_values(case, dtype, ours["workspace"]),
-           C.workspace_values(case, dtype, reserve), tol, "reserve space")
+    R.assert_close(C.workspace_values(case, dtype, ours["workspace"]),
+                   C.workspace_values(case, dtype, reserve), tol, "reserve space")
 
     ref_grads = _tf_backprop(tf, case, kw, theirs, cot, theirs.reserve_space, dtype)
     names = ("input_backprop", "input_h_backprop", "params_backprop") + (
@@ -172,12 +153,12 @@ def test_matches_cpu_op_float64_with_identical_reserve_space(mod, alloc, rng, tf
     for ws in (ours["workspace_buffer"], alloc.upload(theirs.reserve_space.numpy(), dtype)):
         grads = C.run_backward(mod, alloc, case, dtype, inp, cot, ws)
         for k in names:
-            _close(grads[k], getattr(ref_grads, k).numpy(), tol, k)
+            R.assert_close(grads[k], getattr(ref_grads, k).numpy(), tol, k)
     # TF's backprop on our reserve space
     our_reserve = tf.constant(np.frombuffer(ours["workspace"].tobytes(), np.float64))
     cross = _tf_backprop(tf, case, kw, theirs, cot, our_reserve, dtype)
     for k in names:
-        _close(getattr(cross, k).numpy(), getattr(ref_grads, k).numpy(), tol, k)
+        R.assert_close(getattr(cross, k).numpy(), getattr(ref_grads, k).numpy(), tol, k)
 
 
 @pytest.mark.parametrize("dtype", C.DTYPES)
@@ -195,8 +176,8 @@ def test_workspace_bytes_and_header_equal_cpu_op(mod, alloc, rng, tf_ops, dtype)
     assert len(reserve) == (n + size - 1) // size * size  # whole elements of T
     assert reserve[:C.HEADER_BYTES].tobytes() == ours["workspace"][:C.HEADER_BYTES].tobytes()
     tol = 1e-12 if dtype == "float64" else 1e-5
-    _close(C.workspace_values(case, dtype, ours["workspace"]),
-           C.workspace_values(case, dtype, reserve[:n]), tol, "reserve space")
+    R.assert_close(C.workspace_values(case, dtype, ours["workspace"]),
+                   C.workspace_values(case, dtype, reserve[:n]), tol, "reserve space")
 
 
 # ------------------------------------------------------------------------------------------------

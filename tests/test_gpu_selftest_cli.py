@@ -36,13 +36,6 @@ def _have_torch():
     return importlib.util.find_spec("torch") is not None
 
 
-def _need_nvcc():
-    try:
-        cli.build.find_nvcc()
-    except RuntimeError as e:
-        pytest.skip(str(e))
-
-
 # Runs the command in a fresh interpreter and reports which frameworks it imported.
 _RUNNER = r"""
 import runpy, sys
@@ -69,8 +62,7 @@ def _run_cli(*args, timeout=300):
 # the command
 # ------------------------------------------------------------------------------------------------
 
-def test_host_quick_passes_without_tensorflow_or_torch():
-    _need_nvcc()
+def test_host_quick_passes_without_tensorflow_or_torch(nvcc):  # conftest.py: skips without nvcc
     proc = _run_cli("--backend", "host", "--quick", "--no-bench")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
@@ -96,11 +88,9 @@ def test_help():
     assert "--bench-worker" not in proc.stdout  # internal
 
 
-def test_host_with_torch_cpu_compares_with_torch():
+@pytest.mark.skipif(not _have_torch(), reason="torch is not importable")
+def test_host_with_torch_cpu_compares_with_torch(nvcc):  # conftest.py: skips without nvcc
     """The torch comparisons of the command, on the CPU (torch tensors as the engines' buffers)."""
-    if not _have_torch():
-        pytest.skip("torch is not importable")
-    _need_nvcc()
     proc = _run_cli("--backend", "host", "--with-torch", "--quick", "--no-bench",
                     "--dtypes", "float64,float32,bfloat16")
     out = proc.stdout + proc.stderr

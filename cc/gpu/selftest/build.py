@@ -77,8 +77,9 @@ def build(arch=None, verbose=False, jobs=None):
     common = ["-std=c++17", "-O2", "-Xcompiler", "-fPIC", "-Xcompiler", "-fvisibility=hidden",
               "--expt-relaxed-constexpr", "-I" + ROOT, "-I" + pybind11_include(),
               "-I" + sysconfig.get_paths()["include"]] + gencode(arch)
+    srcs = sources()
     key = hashlib.sha256()
-    for path in sources() + headers():
+    for path in srcs + headers():
         key.update(path.encode())
         with open(path, "rb") as f:
             key.update(f.read())
@@ -104,7 +105,7 @@ def build(arch=None, verbose=False, jobs=None):
 
     jobs = jobs or min(8, os.cpu_count() or 1)
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-        objects = list(pool.map(compile_one, sources()))
+        objects = list(pool.map(compile_one, srcs))
     link = [nvcc, "-shared", "-o", target] + objects + gencode(arch) + ["-cudart", "static",
                                                                          "-ldl", "-lrt"]
     proc = subprocess.run(link, capture_output=True, text=True)

@@ -53,6 +53,7 @@ exit status 0 when everything passed, 1 otherwise. --json FILE writes the result
 """
 
 import argparse
+import contextlib
 import ctypes
 import glob
 import json
@@ -71,9 +72,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 if ROOT not in sys.path:  # run as a script: make the repo's cc.gpu.selftest importable
     sys.path.insert(0, ROOT)
 from cc.gpu.selftest import build, lstm_checks, rnn_checks, storage  # noqa: E402
-
-
-
 
 R = rnn_checks.R  # tests/cudnn_reference.py
 
@@ -200,8 +198,8 @@ def set_torch_tf32(torch, allow):
 def load_module(arch, verbose):
     t0 = time.time()
     try:
-        path = build.build(arch, verbose)
-        module = build.load(arch)
+        module = build.load(arch, verbose)  # builds if needed, then imports
+        path = module.__file__
     except Exception as e:  # noqa: BLE001
         raise SetupError("building or loading the self-test module failed:\n%s" % e)
     say("module    %s (sm_%s, %.1f s)" % (os.path.relpath(path, ROOT), arch or "80_90",
@@ -600,7 +598,7 @@ def bench_worker(args):
         alloc = storage.TorchAllocator(device, stream=stream, torch=torch)
         timer = tc.Timer(torch, stream)
         say(tc.BENCH_HEADER)
-        ctx = torch.cuda.stream(stream) if cuda else _null()
+        ctx = torch.cuda.stream(stream) if cuda else contextlib.nullcontext()
         with ctx:
             for (T, B, I, H) in args.bench_sizes:
                 for mode in ("lstm", "gru"):
@@ -620,12 +618,6 @@ def bench_worker(args):
     with open(args.bench_out, "w") as f:
         json.dump(dict(precision=precision, rows=rows, errors=errors), f)
     return 1 if errors else 0
-
-
-def _null():
-    import contextlib
-
-    return contextlib.nullcontext()
 
 
 # ------------------------------------------------------------------------------------------------

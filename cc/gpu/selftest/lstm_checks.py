@@ -4,9 +4,9 @@ float64 NumPy reference (tests/reference.py).
 Used by tests/test_gpu_lstm_engine.py (backend "host", NumPy buffers) and by the GPU self-test
 (gpu_selftest.py: backend "cuda", torch CUDA tensors). The engine is reached through the
 self-test module (build.py) and an *allocator* that owns the buffers: storage.py's
-NumpyAllocator (alias HostAlloc) or TorchAllocator (alias TorchAlloc); see storage.py for the
-interface and for the storage types (bfloat16 travels as uint16 bit patterns, rounded to nearest
-even). Output buffers start as NaN bytes, so values the engine never writes show.
+NumpyAllocator (alias HostAlloc) or TorchAllocator; see storage.py for the interface and for the
+storage types (bfloat16 travels as uint16 bit patterns, rounded to nearest even). Output buffers
+start as NaN bytes, so values the engine never writes show.
 
 Check functions return (errors, problems): errors maps each output to its error
 max|ours - reference| / max(1, max|reference|); problems lists what failed (empty = pass):
@@ -28,11 +28,7 @@ for _path in (_ROOT, os.path.join(_ROOT, "tests")):  # the repo (cc.gpu.selftest
 import reference as ref  # noqa: E402  (tests/reference.py)
 from cc.gpu.selftest import storage  # noqa: E402
 
-
-
-
-
-DTYPES = ("half", "bfloat16", "float32", "float64")
+DTYPES = storage.DTYPES
 OUTPUTS = ref.OUTPUT_NAMES  # i, cs, f, o, ci, co, h
 INPUTS = ("x", "cs_prev", "h_prev", "w", "wci", "wcf", "wco", "b")
 SEQ_GRADS = ref.SEQ_GRAD_NAMES  # x_grad .. b_grad
@@ -48,14 +44,10 @@ BACKWARD_TOL = {"float64": 1e-10, "float32": 1e-5, "half": 1e-2, "bfloat16": 3e-
 # storage types and allocators: storage.py (shared with rnn_checks.py)
 # ------------------------------------------------------------------------------------------
 
-STORAGE = storage.STORAGE
 float32_to_bfloat16_bits = storage.float32_to_bfloat16_bits
 bfloat16_bits_to_float32 = storage.bfloat16_bits_to_float32
-to_storage = storage.to_storage
-from_storage = storage.from_storage
 round_to = storage.round_to
 HostAlloc = storage.NumpyAllocator    # backend "host"
-TorchAlloc = storage.TorchAllocator   # backend "cuda" (torch imported when constructed)
 
 
 # ------------------------------------------------------------------------------------------

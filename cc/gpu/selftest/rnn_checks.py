@@ -34,10 +34,6 @@ for _path in (_ROOT, _TESTS):  # the repo (cc.gpu.selftest) and tests/
 import cudnn_reference as R  # noqa: E402
 from cc.gpu.selftest import storage  # noqa: E402
 
-
-
-
-
 DTYPES = storage.DTYPES
 # vs the float64 reference, relative to max(1, max|expected|): the CPU kernels' tolerances
 TOL = dict(R.TOL)
@@ -51,14 +47,8 @@ HEADER_BYTES = 64
 # lstm_checks.py
 # ------------------------------------------------------------------------------------------------
 
-f32_to_bf16_bits = storage.float32_to_bfloat16_bits
-bf16_bits_to_f32 = storage.bfloat16_bits_to_float32
-to_storage = storage.to_storage
-from_storage = storage.from_storage
-round_to = storage.round_to
 rounded = storage.rounded
 NumpyAllocator = storage.NumpyAllocator    # backend "host"
-TorchAllocator = storage.TorchAllocator    # backend "cuda" (the GPU self-test)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -287,8 +277,7 @@ def read_masks(module, case, dtype, workspace):
 # checks
 # ------------------------------------------------------------------------------------------------
 
-def assert_close(actual, expected, tol, name):
-    R.assert_close(actual, expected, tol, name)
+assert_close = R.assert_close
 
 
 def _padded_zero(a, lengths, time_major):

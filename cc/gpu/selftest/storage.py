@@ -28,6 +28,8 @@ TorchAllocator: torch tensors; on a CUDA device for backend "cuda" (the launcher
 cc/gpu/rnn_gpu.h on the allocator's stream), or on the CPU for backend "host".
 """
 
+import contextlib
+
 import numpy as np
 
 DTYPES = ("half", "bfloat16", "float32", "float64")
@@ -194,8 +196,6 @@ class TorchAllocator:
     def _on_stream(self):
         if self.cuda:
             return self.torch.cuda.stream(self._stream)
-        import contextlib
-
         return contextlib.nullcontext()
 
     def empty(self, shape, dtype):

@@ -41,10 +41,6 @@ for _path in (_ROOT, _TESTS):  # the repo (cc.gpu.selftest) and tests/
 import cudnn_reference as R  # noqa: E402
 from cc.gpu.selftest import lstm_checks, rnn_checks, storage  # noqa: E402
 
-
-
-
-
 DTYPES = storage.DTYPES
 # ours vs torch float64, relative to max(1, max|expected|): at least this much is allowed ...
 FLOOR = {"float64": 1e-9, "float32": 1e-4, "half": 1e-2, "bfloat16": 6e-2}
@@ -598,10 +594,10 @@ class BenchProblem:
         return forward, backward, results
 
     def engine_kwargs(self):
-        """The CudnnRNN engine's model and run fields (rnn_checks.Case.model_kwargs())."""
-        return dict(mode=self.mode, num_layers=1, num_units=self.H, input_size=self.I,
-                    num_proj=0, num_dirs=1, skip_input=False, time=self.T, batch=self.B,
-                    time_major=True, lengths=None)
+        """The CudnnRNN engine's model and run fields (uni, one layer, time-major, full
+        lengths)."""
+        return rnn_checks.Case(self.mode, 1, self.H, self.I, "unidirectional", time=self.T,
+                               batch=self.B).model_kwargs()
 
     # ---- ours: BlockLSTMV2 ----
     def block_lstm(self, module, alloc):
