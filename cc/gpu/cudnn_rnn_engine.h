@@ -627,36 +627,8 @@ struct RnnEngine {
     return Fill(be, len, run.batch, static_cast<int32_t>(run.time));
   }
 
-  // One pseudo-layer's params regions (compute type) and saved states (workspace).
-  struct Layer {
-    int64_t p, layer, dir, in_width;
-    const A *w, *r, *proj, *bias_w, *bias_r, *h0, *c0;
-    A *h, *c, *gates;
-    PseudoLayerRegions reg;
-    Layer(const RnnModel& m, int64_t p_, const A* P, A* ws, const WorkspaceLayout& lay,
-          const A* h0_all, const A* c0_all, int64_t batch)
-        : p(p_), layer(p_ / m.num_dirs), dir(p_ % m.num_dirs) {
-      in_width = m.layer_input(layer);
-      reg = RegionsOf(m, p);
-      w = P + reg.w;
-      r = P + reg.r;
-      proj = P + reg.proj;
-      bias_w = P + reg.bias_w;
-      bias_r = P + reg.bias_r;
-      h = ws + lay.h(p);
-      c = m.mode == RnnMode::kLstm ? ws + lay.c(p) : nullptr;
-      gates = ws + lay.gates(p);
-      h0 = h0_all + p * batch * m.output_width();
-      c0 = c0_all == nullptr ? nullptr : c0_all + p * batch * m.num_units;
-    }
-    // State before step `step`: the initial state, or the state after the previous step.
-    const A* h_before(const RnnModel& m, int64_t step, int64_t time, int64_t batch) const {
-      return step == 0 ? h0 : h + TimeOf(dir, step - 1, time) * batch * m.output_width();
-    }
-    const A* c_before(const RnnModel& m, int64_t step, int64_t time, int64_t batch) const {
-      return step == 0 ? c0 : c + TimeOf(dir, step - 1, time) * batch * m.num_units;
-    }
-  };
+  // One pseudo-layer's params regions, saved states and initial state (cudnn_rnn_types.h).
+  using Layer = PseudoLayer<A>;
 
   // ---- forward, persistent path ---------------------------------------------------------------
 
@@ -731,7 +703,7 @@ struct RnnEngine {
     const bool has_len = run.seq_lengths != nullptr;
     for (int64_t step = 0; step < T_; ++step) {
       const int64_t t = TimeOf(pl.dir, step, T_);
-      const A* h_prev = pl.h_before(m, step, T_, B);
+      const A* h_prev = pl.h_before(step, T_, B);
       A* h_out = pl.h + t * B * Hr;
       const A* xw_t = f.xw + t * B * G;
       A* saved = pl.gates + t * B * kSavedGates * H;
@@ -741,7 +713,7 @@ struct RnnEngine {
           A* m_out = m.has_proj() ? f.m_buf : h_out;
           TF_LSTM_GPU_RETURN_IF_ERROR(be.ForEach(
               B * H, LstmStepFn<A, Math>{xw_t, f.rec, pl.bias_w, pl.bias_r, h_prev,
-                                         pl.c_before(m, step, T_, B), h_out, pl.c + t * B * H,
+                                         pl.c_before(step, T_, B), h_out, pl.c + t * B * H,
                                          m_out, saved, len, t, H, Hr}));
           if (m.has_proj()) {  // h = Pmat·m for the rows that ran
             A* dst = has_len ? f.proj_buf : h_out;
@@ -901,7 +873,7 @@ struct RnnEngine {
         }
         TF_LSTM_GPU_RETURN_IF_ERROR(be.ForEach(
             B * H, LstmBackFn<A, Math>{carry, dy_t, dm, pl.gates + t * B * kSavedGates * H,
-                                       pl.c + t * B * H, pl.c_before(m, step, T_, B), s.dc,
+                                       pl.c + t * B * H, pl.c_before(step, T_, B), s.dc,
                                        dgx_t, m_seq, len, t, H, DHr}));
       } else if (gru) {
         TF_LSTM_GPU_RETURN_IF_ERROR(be.ForEach(

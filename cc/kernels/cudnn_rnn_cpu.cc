@@ -54,42 +54,6 @@ void FromTimeMajor(const CPUDevice& d, const RnnRun& run, int64_t n, const A* sr
   });
 }
 
-// Everything one pseudo-layer's passes need, resolved once.
-template <typename A>
-struct PseudoLayer {
-  const RnnModel& m;
-  int64_t layer, dir, in_width;
-  const A *w, *r, *proj, *bias_w, *bias_r;  // params regions (compute type)
-  A *h, *c, *gates;                         // per-step states and activations (workspace)
-  const A *h0, *c0;                         // initial state of this pseudo-layer
-
-  PseudoLayer(const RnnModel& model, int64_t p, const A* params, A* ws, const WorkspaceLayout& lay,
-              const A* h0_all, const A* c0_all, int64_t batch)
-      : m(model), layer(p / model.num_dirs), dir(p % model.num_dirs) {
-    in_width = m.layer_input(layer);
-    const PseudoLayerRegions reg = RegionsOf(m, p);
-    w = params + reg.w;
-    r = params + reg.r;
-    proj = params + reg.proj;
-    bias_w = params + reg.bias_w;
-    bias_r = params + reg.bias_r;
-    h = ws + lay.h(p);
-    c = m.mode == RnnMode::kLstm ? ws + lay.c(p) : nullptr;
-    gates = ws + lay.gates(p);
-    h0 = h0_all + p * batch * m.output_width();
-    c0 = c0_all == nullptr ? nullptr : c0_all + p * batch * m.num_units;
-  }
-  // State before step `step` (the initial state, or the state after the previous step).
-  const A* h_before(int64_t step, int64_t time, int64_t batch) const {
-    if (step == 0) return h0;
-    return h + TimeOf(dir, step - 1, time) * batch * m.output_width();
-  }
-  const A* c_before(int64_t step, int64_t time, int64_t batch) const {
-    if (step == 0) return c0;
-    return c + TimeOf(dir, step - 1, time) * batch * m.num_units;
-  }
-};
-
 // Input projection of every step: xw[t*B + b] = W·x (or x itself per gate for skip input).
 template <typename A>
 void InputProjection(const CPUDevice& d, const PseudoLayer<A>& pl, int64_t rows, const A* x,
@@ -536,7 +500,7 @@ void BackwardLayer(const CPUDevice& d, const std::vector<PseudoLayer<A>>& pls,
   for (int64_t dir = 0; dir < D; ++dir) {
     const PseudoLayer<A>& pl = pls[dir];
     const A *dgx = bufs[dir].dgx, *dgh = bufs[dir].dgh;
-    const PseudoLayerRegions reg = RegionsOf(m, pl.layer * D + dir);
+    const PseudoLayerRegions& reg = pl.reg;
     ParallelFor(d, T, B * Hr * 2.0 * sizeof(A), B * Hr, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {  // the state step t started from
         std::memcpy(h_prev_seq + t * B * Hr, pl.h_before(TimeOf(dir, t, T), T, B),

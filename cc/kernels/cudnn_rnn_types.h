@@ -147,6 +147,43 @@ TF_LSTM_HOST_DEVICE inline int64_t TimeOf(int64_t dir, int64_t step, int64_t tim
   return dir == 0 ? step : time - 1 - step;
 }
 
+// Pseudo-layer p (layer p / D, direction p % D) resolved once, for the CPU and GPU passes alike:
+// its params regions (A: the compute type), its per-step states and saved gates in the
+// workspace, and its initial state. Host-side (it holds a reference to the model).
+template <typename A>
+struct PseudoLayer {
+  const RnnModel& m;
+  int64_t p, layer, dir, in_width;
+  PseudoLayerRegions reg;                   // offsets into params (and params' gradient)
+  const A *w, *r, *proj, *bias_w, *bias_r;  // params regions
+  A *h, *c, *gates;                         // per-step states and activations (workspace)
+  const A *h0, *c0;                         // initial state of this pseudo-layer
+
+  PseudoLayer(const RnnModel& model, int64_t p_, const A* params, A* ws,
+              const WorkspaceLayout& lay, const A* h0_all, const A* c0_all, int64_t batch)
+      : m(model), p(p_), layer(p_ / model.num_dirs), dir(p_ % model.num_dirs) {
+    in_width = m.layer_input(layer);
+    reg = RegionsOf(m, p);
+    w = params + reg.w;
+    r = params + reg.r;
+    proj = params + reg.proj;
+    bias_w = params + reg.bias_w;
+    bias_r = params + reg.bias_r;
+    h = ws + lay.h(p);
+    c = m.mode == RnnMode::kLstm ? ws + lay.c(p) : nullptr;
+    gates = ws + lay.gates(p);
+    h0 = h0_all + p * batch * m.output_width();
+    c0 = c0_all == nullptr ? nullptr : c0_all + p * batch * m.num_units;
+  }
+  // State before step `step`: the initial state, or the state after the previous step.
+  const A* h_before(int64_t step, int64_t time, int64_t batch) const {
+    return step == 0 ? h0 : h + TimeOf(dir, step - 1, time) * batch * m.output_width();
+  }
+  const A* c_before(int64_t step, int64_t time, int64_t batch) const {
+    return step == 0 ? c0 : c + TimeOf(dir, step - 1, time) * batch * m.num_units;
+  }
+};
+
 }  // namespace tf_lstm_ops
 
 #endif  // TF_LSTM_OPS_CC_KERNELS_CUDNN_RNN_TYPES_H_
