@@ -262,6 +262,8 @@ absl::Status Forward(OpKernelContext* ctx, const RnnModel& m, const RnnRun& run,
                      const RnnDropout& dropout, const T* input, const T* input_h,
                      const T* input_c, const T* params, T* output, T* output_h, T* output_c,
                      uint8_t* workspace) {
+  const RnnReserveHeader header = MakeReserveHeader(m, run, dropout, sizeof(T), sizeof(A));
+  std::memcpy(workspace, &header, sizeof(header));
   const CPUDevice& d = ctx->eigen_device<CPUDevice>();
   const int64_t T_ = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
   const int64_t LD = m.num_pseudo_layers(), D = m.num_dirs, G = m.gate_width();
@@ -648,14 +650,15 @@ struct CudnnRnnForward<CPUDevice, T> {
                           const RnnDropout& dropout, const T* input, const T* input_h,
                           const T* input_c, const T* params, T* output, T* output_h,
                           T* output_c, uint8_t* workspace) {
-    return Forward<T, AccFor<T>>(ctx, m, run, dropout, input, input_h, input_c,
-                                                   params, output, output_h, output_c, workspace);
+    return Forward<T, AccFor<T>>(ctx, m, run, dropout, input, input_h, input_c, params, output,
+                                 output_h, output_c, workspace);
   }
 };
 
 template <typename T>
 struct CudnnRnnBackward<CPUDevice, T> {
   absl::Status operator()(OpKernelContext* ctx, const RnnModel& m, const RnnRun& run,
+                          const RnnReserveHeader& /*expected: the kernel checked it*/,
                           const T* input, const T* input_h, const T* input_c, const T* params,
                           const T* output_backprop, const T* output_h_backprop,
                           const T* output_c_backprop, const uint8_t* reserve, T* input_backprop,

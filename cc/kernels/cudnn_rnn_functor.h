@@ -11,7 +11,8 @@ namespace tf_lstm_ops {
 template <typename Device, typename T>
 struct CudnnRnnForward {
   // workspace: RnnWorkspaceBytes bytes (the reserve space when training; scratch otherwise),
-  // 64-byte aligned, header first. Writes output, output_h, output_c (LSTM) and the workspace.
+  // 64-byte aligned. Writes output, output_h, output_c (LSTM) and the workspace, its header
+  // (MakeReserveHeader) first.
   absl::Status operator()(tensorflow::OpKernelContext* ctx, const RnnModel& m, const RnnRun& run,
                           const RnnDropout& dropout, const T* input, const T* input_h,
                           const T* input_c, const T* params, T* output, T* output_h,
@@ -20,10 +21,12 @@ struct CudnnRnnForward {
 
 template <typename Device, typename T>
 struct CudnnRnnBackward {
-  // reserve: what the matching forward wrote (already checked against the header). Writes the
-  // gradients of <dy, output> + <dh, output_h> + <dc, output_c> w.r.t. every input.
+  // reserve: what the matching forward wrote, whose header must equal `expected` (the kernel
+  // checks what the device lets it: see ReserveCheck). Writes the gradients of
+  // <dy, output> + <dh, output_h> + <dc, output_c> w.r.t. every input.
   absl::Status operator()(tensorflow::OpKernelContext* ctx, const RnnModel& m, const RnnRun& run,
-                          const T* input, const T* input_h, const T* input_c, const T* params,
+                          const RnnReserveHeader& expected, const T* input, const T* input_h,
+                          const T* input_c, const T* params,
                           const T* output_backprop, const T* output_h_backprop,
                           const T* output_c_backprop, const uint8_t* reserve, T* input_backprop,
                           T* input_h_backprop, T* input_c_backprop, T* params_backprop);

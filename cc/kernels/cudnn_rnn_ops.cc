@@ -3,8 +3,8 @@
 // which a CPU build of TF has no kernels for, so existing graphs and SavedModels run on CPU.
 // With CUDA, also on the GPU for our namespaced ops only (TF's GPU build has cuDNN kernels for
 // its own names). The kernels are device-generic: validation is shared, and what differs per
-// device (who writes and who checks the reserve header, host writes into outputs) is in
-// RnnDeviceSteps and DeviceMemory.
+// device (how much of the reserve header the kernel can check, host writes into outputs) is in
+// ReserveCheck and DeviceMemory; the functors write the header themselves.
 #define EIGEN_USE_THREADS
 
 #include <algorithm>
@@ -193,25 +193,13 @@ TensorShape OutputShape(const RnnModel& m, const RnnRun& run) {
 // Reserve space elements of T holding `bytes`.
 int64_t ReserveElements(int64_t bytes, int64_t elem) { return (bytes + elem - 1) / elem; }
 
-// What the forward and backprop kernels do differently per device.
+// How Backprop checks that a reserve space came from our forward with this configuration: on
+// the CPU the reserve space is host memory and its whole header is compared here; on the GPU it
+// is device memory, so only its exact size is checked here and the engine compares the header
+// with `expected` on the device.
 template <typename Device, typename T>
-struct RnnDeviceSteps;
-
-// CPU: the reserve space is host memory; the kernel writes its header and Backprop reads it back.
-template <typename T>
-struct RnnDeviceSteps<CPUDevice, T> {
-  static absl::Status Forward(OpKernelContext* ctx, const RnnModel& m, const RnnRun& run,
-                              const RnnDropout& dropout, const RnnReserveHeader& header,
-                              const T* input, const T* input_h, const T* input_c,
-                              const T* params, T* output, T* output_h, T* output_c,
-                              uint8_t* workspace) {
-    std::memcpy(workspace, &header, sizeof(header));
-    return CudnnRnnForward<CPUDevice, T>()(ctx, m, run, dropout, input, input_h, input_c, params,
-                                           output, output_h, output_c, workspace);
-  }
-
-  // The full check of the header against the one this Backprop's forward must have written.
-  static bool ReserveMatches(const Tensor& reserve, const RnnReserveHeader& expected) {
+struct ReserveCheck {
+  static bool Matches(const Tensor& reserve, const RnnReserveHeader& expected) {
     const int64_t reserve_bytes = reserve.NumElements() * static_cast<int64_t>(sizeof(T));
     RnnReserveHeader header{};
     if (reserve.dims() == 1 && reserve_bytes >= static_cast<int64_t>(sizeof(header))) {
@@ -221,52 +209,14 @@ struct RnnDeviceSteps<CPUDevice, T> {
            header.dropout == expected.dropout && header.config_hash == expected.config_hash &&
            header.bytes == expected.bytes;
   }
-
-  static absl::Status Backward(OpKernelContext* ctx, const RnnModel& m, const RnnRun& run,
-                               const RnnReserveHeader& /*expected: checked*/, const T* input,
-                               const T* input_h, const T* input_c, const T* params,
-                               const T* output_backprop, const T* output_h_backprop,
-                               const T* output_c_backprop, const uint8_t* reserve,
-                               T* input_backprop, T* input_h_backprop, T* input_c_backprop,
-                               T* params_backprop) {
-    return CudnnRnnBackward<CPUDevice, T>()(ctx, m, run, input, input_h, input_c, params,
-                                            output_backprop, output_h_backprop,
-                                            output_c_backprop, reserve, input_backprop,
-                                            input_h_backprop, input_c_backprop, params_backprop);
-  }
 };
 
 #ifdef TF_LSTM_OPS_WITH_CUDA
-// GPU: the reserve space is device memory. The engine writes the header; Backprop checks on the
-// host only what the host can (the exact size of the reserve space) and has the engine compare
-// the header with `expected` on the device.
 template <typename T>
-struct RnnDeviceSteps<GpuDevice, T> {
-  static absl::Status Forward(OpKernelContext* ctx, const RnnModel& m, const RnnRun& run,
-                              const RnnDropout& dropout, const RnnReserveHeader& /*header*/,
-                              const T* input, const T* input_h, const T* input_c,
-                              const T* params, T* output, T* output_h, T* output_c,
-                              uint8_t* workspace) {
-    return CudnnRnnForward<GpuDevice, T>()(ctx, m, run, dropout, input, input_h, input_c, params,
-                                           output, output_h, output_c, workspace);
-  }
-
-  static bool ReserveMatches(const Tensor& reserve, const RnnReserveHeader& expected) {
+struct ReserveCheck<GpuDevice, T> {
+  static bool Matches(const Tensor& reserve, const RnnReserveHeader& expected) {
     return reserve.dims() == 1 &&
            reserve.NumElements() == ReserveElements(expected.bytes, sizeof(T));
-  }
-
-  static absl::Status Backward(OpKernelContext* ctx, const RnnModel& m, const RnnRun& run,
-                               const RnnReserveHeader& expected, const T* input,
-                               const T* input_h, const T* input_c, const T* params,
-                               const T* output_backprop, const T* output_h_backprop,
-                               const T* output_c_backprop, const uint8_t* reserve,
-                               T* input_backprop, T* input_h_backprop, T* input_c_backprop,
-                               T* params_backprop) {
-    return CudnnRnnBackward<GpuDevice, T>()(ctx, m, run, expected, input, input_h, input_c,
-                                            params, output_backprop, output_h_backprop,
-                                            output_c_backprop, reserve, input_backprop,
-                                            input_h_backprop, input_c_backprop, params_backprop);
   }
 };
 #endif  // TF_LSTM_OPS_WITH_CUDA
@@ -315,7 +265,6 @@ class CudnnRNNForwardOp : public OpKernel {
       OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_UINT8, TensorShape({bytes}), &scratch));
       workspace = scratch.flat<uint8_t>().data();
     }
-    const RnnReserveHeader header = MakeReserveHeader(m, run, dropout, sizeof(T), sizeof(Acc));
 
     if (kVersion >= 2) {  // {algo id, tensor-op flag} for V2 training; a scalar otherwise
       Tensor* host_reserved;  // host memory on every device
@@ -324,8 +273,8 @@ class CudnnRNNForwardOp : public OpKernel {
                                                &host_reserved));
       host_reserved->flat<int8_t>().setZero();
     }
-    OP_REQUIRES_OK(ctx, RnnDeviceSteps<Device, T>::Forward(
-                            ctx, m, run, dropout, header, input.flat<T>().data(),
+    OP_REQUIRES_OK(ctx, CudnnRnnForward<Device, T>()(
+                            ctx, m, run, dropout, input.flat<T>().data(),
                             input_h.flat<T>().data(), lstm ? input_c.flat<T>().data() : nullptr,
                             params.flat<T>().data(), output->flat<T>().data(),
                             output_h->flat<T>().data(), lstm ? output_c->flat<T>().data() : nullptr,
@@ -389,7 +338,7 @@ class CudnnRNNBackpropOp : public OpKernel {
     const RnnReserveHeader expected =
         MakeReserveHeader(m, run, dropout, sizeof(T), sizeof(AccFor<T>));
     OP_REQUIRES(
-        ctx, (RnnDeviceSteps<Device, T>::ReserveMatches(reserve, expected)),
+        ctx, (ReserveCheck<Device, T>::Matches(reserve, expected)),
         absl::InvalidArgumentError(absl::StrCat(
             "reserve_space ", reserve.shape().DebugString(),
             " was not produced by a training-mode (is_training=true) forward pass of this "
@@ -406,7 +355,7 @@ class CudnnRNNBackpropOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(3, in[3]->shape(), &params_backprop));
     auto data = [](const Tensor* t) { return t->flat<T>().data(); };
     OP_REQUIRES_OK(
-        ctx, RnnDeviceSteps<Device, T>::Backward(
+        ctx, CudnnRnnBackward<Device, T>()(
                  ctx, m, run, expected, data(in[0]), data(in[1]), lstm ? data(in[2]) : nullptr,
                  data(in[3]), data(in[7]), data(in[8]), lstm ? data(in[9]) : nullptr,
                  reinterpret_cast<const uint8_t*>(reserve.flat<T>().data()),
