@@ -110,17 +110,12 @@ struct LstmStepFn {
     }
     const A* gx = xw + b * G;
     const A* gh = rec + b * G;
-    // cuDNN's LSTM: no forget bias, clipping or peepholes; gates i, f, c, o.
-    const CellParams<A> cell{A(0), A(0), false, false};
-    const CellActivations<A> a = CellForward<A, Math>(
-        cell, XSide(gx, bias_w, 0, H, j) + XSide(gh, bias_r, 0, H, j),
-        XSide(gx, bias_w, 2, H, j) + XSide(gh, bias_r, 2, H, j),
+    const CellActivations<A> a = CudnnLstmForward<A, Math>(
+        XSide(gx, bias_w, 0, H, j) + XSide(gh, bias_r, 0, H, j),
         XSide(gx, bias_w, 1, H, j) + XSide(gh, bias_r, 1, H, j),
-        XSide(gx, bias_w, 3, H, j) + XSide(gh, bias_r, 3, H, j), c_prev[i], A(0), A(0), A(0));
-    s[j] = a.i;
-    s[H + j] = a.f;
-    s[2 * H + j] = a.ci;
-    s[3 * H + j] = a.o;
+        XSide(gx, bias_w, 2, H, j) + XSide(gh, bias_r, 2, H, j),
+        XSide(gx, bias_w, 3, H, j) + XSide(gh, bias_r, 3, H, j), c_prev[i]);
+    CudnnLstmSave(a, s, H, j);
     c_out[i] = a.cs;
     m_out[i] = a.h;
   }
@@ -418,12 +413,8 @@ struct LstmBackFn {
       return;
     }
     const A* s = saved + b * kSavedGates * H;
-    const A cv = c[i];
-    const A co = Math::Tanh(cv);
-    const CellActivations<A> a{s[j], cv, s[H + j], s[3 * H + j], s[2 * H + j], co, A(0)};
-    const ActivationGradients<A> no_direct{A(0), A(0), A(0), A(0), A(0)};
-    const CellGradients<A> gr =
-        CellBackward<A>(false, a, c_prev[i], A(0), A(0), A(0), dc[i], dm_j, no_direct);
+    const A co = Math::Tanh(c[i]);
+    const CellGradients<A> gr = CudnnLstmBackward(s, H, j, c[i], co, c_prev[i], dc[i], dm_j);
     g[j] = gr.d_i;
     g[H + j] = gr.d_f;
     g[2 * H + j] = gr.d_c;

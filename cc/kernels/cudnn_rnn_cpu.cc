@@ -154,18 +154,12 @@ void ForwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vector
       A* __restrict c_out = pl.c + (t * B + b) * H + j0;
       A* __restrict m_out = (m.has_proj() ? m_buf + b * H : h_out + b * Hr) + j0;
       A* __restrict saved_out = pl.gates + (t * B + b) * kSavedGates * H + j0;
-      // cuDNN's LSTM: no forget bias, clipping or peepholes; constant here, so the selects
-      // for them fold away and the loop vectorises.
-      const CellParams<A> cell{A(0), A(0), false, false};
 #pragma GCC ivdep  // distinct buffers: no alias checks needed
       for (int64_t j = 0; j < n; ++j) {
-        const CellActivations<A> a = CellForward<A, Math>(
-            cell, x_side(0, j) + h_side(0, j), x_side(2, j) + h_side(2, j),
-            x_side(1, j) + h_side(1, j), x_side(3, j) + h_side(3, j), c_in[j], A(0), A(0), A(0));
-        saved_out[j] = a.i;
-        saved_out[H + j] = a.f;
-        saved_out[2 * H + j] = a.ci;
-        saved_out[3 * H + j] = a.o;
+        const CellActivations<A> a = CudnnLstmForward<A, Math>(
+            x_side(0, j) + h_side(0, j), x_side(1, j) + h_side(1, j),
+            x_side(2, j) + h_side(2, j), x_side(3, j) + h_side(3, j), c_in[j]);
+        CudnnLstmSave(a, saved_out, H, j);
         c_out[j] = a.cs;
         m_out[j] = a.h;
       }
@@ -408,7 +402,6 @@ void BackwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vecto
   if (m.has_proj()) {
     gemm::Block(false, false, B, n, Hr, dht, Hr, pl.proj + j0, H, false, buf.dm + j0, H);
   }
-  const ActivationGradients<A> no_direct{A(0), A(0), A(0), A(0), A(0)};
   for (int64_t b = 0; b < B; ++b) {
     A* gx = buf.dgx + (t * B + b) * G + j0;
     A* gh = buf.dgh + (t * B + b) * G + j0;
@@ -436,10 +429,8 @@ void BackwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vecto
 #pragma GCC ivdep
       for (int64_t j = 0; j < n; ++j) {
         const A co = Math::Tanh(c_row[j]);
-        const CellActivations<A> a{saved[j], c_row[j], saved[H + j], saved[3 * H + j],
-                                   saved[2 * H + j], co, A(0)};
-        const CellGradients<A> g = CellBackward<A>(false, a, c_in[j], A(0), A(0), A(0),
-                                                   dc_row[j], dm_row[j], no_direct);
+        const CellGradients<A> g =
+            CudnnLstmBackward(saved, H, j, c_row[j], co, c_in[j], dc_row[j], dm_row[j]);
         gx_row[j] = g.d_i;
         gx_row[H + j] = g.d_f;
         gx_row[2 * H + j] = g.d_c;

@@ -1,6 +1,6 @@
 // The math of one GRU cell and one plain RNN cell for one (batch row, unit) element, forward and
-// backward, in cuDNN's form (spec §3, §6). The LSTM of the CudnnRNN family is lstm_cell.h's cell
-// with the IFCO layout, no peepholes, no forget bias and no clipping. Framework-free.
+// backward, in cuDNN's form (spec §3, §6), and the CudnnRNN family's LSTM as lstm_cell.h's cell
+// (IFCO layout, no peepholes, forget bias or clipping). Framework-free.
 #ifndef TF_LSTM_OPS_CC_KERNELS_RNN_CELL_H_
 #define TF_LSTM_OPS_CC_KERNELS_RNN_CELL_H_
 
@@ -9,6 +9,34 @@
 #include "cc/kernels/lstm_cell.h"
 
 namespace tf_lstm_ops {
+
+// cuDNN's LSTM: lstm_cell.h's cell without forget bias, clipping or peepholes (constant, so the
+// selects for them fold away and loops vectorise); pre-activations in cuDNN's gate order i, f,
+// c, o. Its saved gates (one element's column of the [4][H] block) hold i, f, c~, o.
+template <typename Acc, typename Math>
+TF_LSTM_HOST_DEVICE inline CellActivations<Acc> CudnnLstmForward(Acc i, Acc f, Acc c, Acc o,
+                                                                 Acc c_prev) {
+  const CellParams<Acc> cell{Acc(0), Acc(0), false, false};
+  return CellForward<Acc, Math>(cell, i, c, f, o, c_prev, Acc(0), Acc(0), Acc(0));
+}
+template <typename Acc>
+TF_LSTM_HOST_DEVICE inline void CudnnLstmSave(const CellActivations<Acc>& a, Acc* saved,
+                                              int64_t H, int64_t j) {
+  saved[j] = a.i;
+  saved[H + j] = a.f;
+  saved[2 * H + j] = a.ci;
+  saved[3 * H + j] = a.o;
+}
+// Backward from the saved gates, the cell state c and its tanh co; dh is dL/dm (m = o·co).
+template <typename Acc>
+TF_LSTM_HOST_DEVICE inline CellGradients<Acc> CudnnLstmBackward(const Acc* saved, int64_t H,
+                                                                int64_t j, Acc c, Acc co,
+                                                                Acc c_prev, Acc dc, Acc dh) {
+  const CellActivations<Acc> a{saved[j], c, saved[H + j], saved[3 * H + j], saved[2 * H + j],
+                               co, Acc(0)};
+  const ActivationGradients<Acc> no_direct{Acc(0), Acc(0), Acc(0), Acc(0), Acc(0)};
+  return CellBackward<Acc>(false, a, c_prev, Acc(0), Acc(0), Acc(0), dc, dh, no_direct);
+}
 
 // GRU, "linear before reset": h~ = tanh(W_h x + b_Wh + r * (R_h h + b_Rh)).
 template <typename Acc>
