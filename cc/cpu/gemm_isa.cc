@@ -8,15 +8,17 @@
 
 #define EIGEN_DONT_PARALLELIZE
 #include <Eigen/Core>
+#include <algorithm>
 #include <cstdint>
 
 namespace tf_lstm_ops {
 namespace gemm {
 namespace TF_LSTM_GEMM_ISA {
 
+// One Eigen product.
 template <typename A>
-void Block(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const A* a, int64_t lda,
-           const A* b, int64_t ldb, bool accumulate, A* c, int64_t ldc) {
+void EigenBlock(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const A* a,
+                int64_t lda, const A* b, int64_t ldb, bool accumulate, A* c, int64_t ldc) {
   using Matrix = Eigen::Matrix<A, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using Stride = Eigen::OuterStride<>;
   using ConstMap = Eigen::Map<const Matrix, Eigen::Unaligned, Stride>;
@@ -33,6 +35,34 @@ void Block(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const A*
   } else {
     accumulate ? out.noalias() += lhs.transpose() * rhs.transpose()
                : out.noalias() = lhs.transpose() * rhs.transpose();
+  }
+}
+
+template <typename A>
+void Block(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const A* a, int64_t lda,
+           const A* b, int64_t ldb, bool accumulate, A* c, int64_t ldc) {
+  // Eigen packs a [kc, <= n] block of one operand and a [kc, <= m] block of the other per
+  // product, on the stack when each fits in EIGEN_STACK_ALLOCATION_LIMIT (128 KiB), otherwise on
+  // the heap; its kc is 400-500 here, so a time loop's whole-sequence products would allocate
+  // 1-2 MiB, a large share of a small op's memory. So k is always cut into slabs of kDepth
+  // (each output is summed slab by slab in increasing k, however C is tiled or sharded), and the
+  // C of a small product (up to 2^27 multiply-adds) into tiles for which both blocks fit on the
+  // stack: such products allocate nothing, at no measurable cost. Larger ones keep Eigen's m and
+  // n blocking (tiling them costs 3-5 %, and their buffers are a small share of their operands).
+  constexpr int64_t kDepth = 256;
+  const bool small = static_cast<double>(m) * n * k <= static_cast<double>(int64_t{1} << 27);
+  const int64_t fits = EIGEN_STACK_ALLOCATION_LIMIT / (kDepth * static_cast<int64_t>(sizeof(A)));
+  const int64_t tile_m = small ? fits : m, tile_n = small ? fits : n;
+  for (int64_t i0 = 0; i0 < m; i0 += tile_m) {
+    for (int64_t j0 = 0; j0 < n; j0 += tile_n) {
+      for (int64_t p0 = 0; p0 < k; p0 += kDepth) {
+        const A* a_block = a + (trans_a ? p0 * lda + i0 : i0 * lda + p0);
+        const A* b_block = b + (trans_b ? j0 * ldb + p0 : p0 * ldb + j0);
+        EigenBlock(trans_a, trans_b, std::min(tile_m, m - i0), std::min(tile_n, n - j0),
+                   std::min(kDepth, k - p0), a_block, lda, b_block, ldb, accumulate || p0 > 0,
+                   c + i0 * ldc + j0, ldc);
+      }
+    }
   }
 }
 
