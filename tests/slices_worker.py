@@ -80,6 +80,19 @@ def block_lstm_cases(rng):
                                            layout=layout)
             for k in ref.SEQ_GRAD_NAMES:
                 close(k, getattr(g, k), expect_g[k], TOL[dtype], what)
+            # The same gradient inside one tf.function with the forward, where the grad op takes
+            # over i, f, ci, o and keeps the gate gradients in their place.
+            def fused():
+                fwd = op(seq_len_max=seq, **tfp, **attrs)
+                return grad(seq_len_max=seq, **tfp, **{k: getattr(fwd, k) for k in ref.OUTPUT_NAMES},
+                            cs_grad=tf.constant(cs_grad, dtype), h_grad=tf.constant(h_grad, dtype),
+                            use_peephole=use_peephole)
+
+            runs = in_place_backward_runs()
+            g = tf.function(fused, autograph=False)()
+            close("in-place runs", in_place_backward_runs() - runs, 1, 0, what)
+            for k in ref.SEQ_GRAD_NAMES:
+                close(k, getattr(g, k), expect_g[k], TOL[dtype], what + " in place")
 
 
 def cudnn_cases(rng):
@@ -116,7 +129,7 @@ def cudnn_cases(rng):
                 close(k, R.to_np(got[k]), v, TOL[dtype], what)
 
 
-from tf_lstm_ops._loader import cpu_isa  # noqa: E402
+from tf_lstm_ops._loader import cpu_isa, in_place_backward_runs  # noqa: E402
 
 print("ISA %s" % cpu_isa(), flush=True)
 rng = np.random.default_rng(int(sys.argv[1]))

@@ -8,7 +8,7 @@ import tensorflow as tf
 import reference as ref
 from conftest import (
     CELL_SHAPE_IDS, CELL_SHAPES, OUTPUTS, SEQ_SHAPE_IDS, SEQ_SHAPES, activations_for_grad,
-    assert_close, random_params, round_to, tf_inputs, to_numpy,
+    assert_close, f32, random_params, round_to, tf_inputs, to_numpy, to_tf,
 )
 
 REF_TOL = {"float64": 1e-10, "float32": 1e-5, "half": 1e-2, "bfloat16": 3e-2}
@@ -267,3 +267,57 @@ def test_cell_grad_does_not_modify_inputs(raw, rng):
         np.testing.assert_array_equal(v.numpy(), before[k], err_msg=k)
     for k in first:
         np.testing.assert_array_equal(first[k], second[k], err_msg=k)
+
+
+# ------------------------------------------------------------------------------------------
+# In place: the grad op inside a graph with the forward
+# ------------------------------------------------------------------------------------------
+
+# (T, B, I, H, L, use_peephole), chosen for the scratch the in-place backward finds: the per-step
+# dgates staging fits in x_grad when L·I >= 8H (rows 1 and 3: 3 exactly at the bound), the packed
+# Whᵀ fits in w_grad unless I is small beside H's padding (rows 2 and 5); L < T (row 4), L = 1.
+IN_PLACE_SHAPES = [(6, 3, 20, 8, 5, True), (5, 2, 1, 37, 5, False), (4, 1, 40, 20, 4, True),
+                   (7, 4, 9, 16, 3, False), (3, 2, 5, 70, 1, True)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("layout", ["ICFO", "IFCO"])
+@pytest.mark.parametrize("T,B,I,H,L,use_peephole", IN_PLACE_SHAPES)
+def test_sequence_grad_in_place_inside_a_function(raw, rng, dtype, layout, T, B, I, H, L,
+                                                  use_peephole):
+    """Inside a tf.function where the grad op is the only consumer of the forward's i, f, ci, o,
+    TensorFlow hands them over and the gate gradients are stored in their place (no
+    sequence-sized scratch): same gradients. When the function also returns o, nothing may be
+    overwritten: o comes back as the forward computed it, and the gradients are the same."""
+    from tf_lstm_ops._loader import in_place_backward_runs
+
+    p = random_params(rng, B, I, H, dtype, T=T)
+    cs_grad, h_grad = (round_to(rng.normal(size=(T, B, H)), dtype) for _ in range(2))
+    forward = getattr(raw, "BlockLSTM" if layout == "ICFO" else "BlockLSTMV2")
+    attrs = dict(cell_clip=0.7, use_peephole=use_peephole)
+    if layout == "ICFO":
+        attrs["forget_bias"] = 0.5
+    inputs = tf_inputs(p, dtype, L)
+    out_grads = dict(cs_grad=to_tf(cs_grad, dtype), h_grad=to_tf(h_grad, dtype))
+
+    def fwd_and_grad(also_return_o):
+        out = forward(**inputs, **attrs)
+        grads = getattr(raw, GRAD_OPS[layout])(**inputs, **{k: getattr(out, k) for k in OUTPUTS},
+                                               **out_grads, use_peephole=use_peephole)
+        return grads, (out.o if also_return_o else None)
+
+    runs = in_place_backward_runs()
+    in_place, _ = tf.function(lambda: fwd_and_grad(False), autograph=False)()
+    assert in_place_backward_runs() == runs + 1
+    copied, o = tf.function(lambda: fwd_and_grad(True), autograph=False)()
+    assert in_place_backward_runs() == runs + 1
+    np.testing.assert_array_equal(o.numpy(), forward(**inputs, **attrs).o.numpy())
+
+    fwd_ref = ref.block_lstm(L, **p, forget_bias=attrs.get("forget_bias", 0.0),
+                             cell_clip=f32(0.7), use_peephole=use_peephole, layout=layout)
+    expect = ref.block_lstm_grad(L, **p, **{k: fwd_ref[k] for k in OUTPUTS}, cs_grad=cs_grad,
+                                 h_grad=h_grad, use_peephole=use_peephole, layout=layout)
+    for got in (to_numpy(in_place), to_numpy(copied)):
+        for k in ref.SEQ_GRAD_NAMES:
+            assert_close(got[k], expect[k], REF_TOL[dtype], name=k)
+        assert np.all(got["x_grad"][L:] == 0)

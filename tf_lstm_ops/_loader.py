@@ -147,6 +147,17 @@ def cpu_isa():
     return fn().decode()
 
 
+def in_place_backward_runs():
+    """How many CPU BlockLSTM gradient runs in this process stored the gate gradients in place of
+    the saved i, f, ci, o (which TensorFlow hands over only when nothing else holds them: inside
+    a graph or tf.function, never eagerly); a diagnostic for the tests."""
+    import ctypes
+
+    fn = ctypes.CDLL(find_library()).tf_lstm_ops_in_place_backward_runs
+    fn.restype = ctypes.c_int64
+    return fn()
+
+
 def python_op_name(op_name):
     """The generated raw wrapper for an op: 'BlockLSTMV2' -> 'TfLstm_BlockLSTMV2'.
 

@@ -98,31 +98,41 @@ void RunShards(const CPUDevice& d, int64_t units, double flops, double min_flops
                 });
 }
 
-// C[m,n] = op(A)·op(B) (+ C when accumulate); all row-major and contiguous. op(A) is [m,k]: A is
-// stored [m,k], or [k,m] when trans_a; likewise op(B) is [k,n], stored [n,k] when trans_b.
-// Runs the ISA-dispatched GEMM blocks of cc/cpu/gemm.h, split into row or 16-column shards
-// across the op's intra-op threads (small products run on the calling thread).
+// C[m,n] = op(A)·op(B) (+ C when accumulate), row-major with leading dimensions lda, ldb, ldc.
+// op(A) is [m,k]: A is stored [m,k], or [k,m] when trans_a; likewise op(B) is [k,n], stored
+// [n,k] when trans_b. Runs the ISA-dispatched GEMM blocks of cc/cpu/gemm.h, split into row or
+// 16-column shards across the op's intra-op threads (small products run on the calling thread).
 template <typename A>
 void Gemm(const CPUDevice& d, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-          const A* a, const A* b, bool accumulate, A* c) {
+          const A* a, int64_t lda, const A* b, int64_t ldb, bool accumulate, A* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
-    if (!accumulate) Fill(d, c, m * n, A(0));
+    if (!accumulate) {
+      ParallelFor(d, m, n * sizeof(A), n, [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) std::fill(c + r * ldc, c + r * ldc + n, A(0));
+      });
+    }
     return;
   }
-  const int64_t lda = trans_a ? m : k, ldb = trans_b ? k : n;
   const bool by_rows = m >= n;
   const int64_t units = by_rows ? m : (n + 15) / 16;  // rows, or 16-column blocks
   RunShards(d, units, 2.0 * m * n * k, 2e6, [&](int64_t begin, int64_t end) {
     if (by_rows) {
       gemm::Block(trans_a, trans_b, end - begin, n, k, a + begin * (trans_a ? 1 : lda), lda, b,
-                  ldb, accumulate, c + begin * n, n);
+                  ldb, accumulate, c + begin * ldc, ldc);
     } else {
       const int64_t n0 = begin * 16, n1 = std::min(n, end * 16);
       gemm::Block(trans_a, trans_b, m, n1 - n0, k, a, lda, b + n0 * (trans_b ? ldb : 1), ldb,
-                  accumulate, c + n0, n);
+                  accumulate, c + n0, ldc);
     }
   });
+}
+
+// The same with every operand contiguous.
+template <typename A>
+void Gemm(const CPUDevice& d, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+          const A* a, const A* b, bool accumulate, A* c) {
+  Gemm(d, trans_a, trans_b, m, n, k, a, trans_a ? m : k, b, trans_b ? k : n, accumulate, c, n);
 }
 
 // out[j] = Σ_r term(r, j) (+ out[j] when accumulate) for j < width, summed in increasing r

@@ -149,6 +149,12 @@ auto WithFlags(bool a, bool b, Fn fn) {
   if (a) return b ? fn(Yes{}, Yes{}) : fn(Yes{}, No{});
   return b ? fn(No{}, Yes{}) : fn(No{}, No{});
 }
+template <typename Fn>
+auto WithFlags(bool a, bool b, bool c, Fn fn) {
+  return WithFlags(a, b, [&](auto a_c, auto b_c) {
+    return c ? fn(a_c, b_c, std::true_type{}) : fn(a_c, b_c, std::false_type{});
+  });
+}
 
 }  // namespace tf_lstm_ops
 

@@ -5,10 +5,19 @@
 // activations, state update, saved activations). Backward does one element-wise pass and one
 // dgates·Whᵀ GEMM per step, then dx, dW, db and the peephole gradients as whole-sequence
 // GEMMs/reductions after the sweep. half/bfloat16 compute in float (GEMMs accumulate in float).
+//
+// Memory: float and double keep no sequence-sized scratch. The forward writes the input
+// projection straight into the i, f, ci, o outputs; the backward, when TensorFlow lets it take
+// over the saved i, f, ci, o (see TakeOverGateInputs), stores each gate's gradient in place of
+// the gate and uses the not-yet-written x_grad and w_grad outputs as the sweep's scratch.
+// Otherwise it keeps dgates for one chunk of steps at a time.
 #define EIGEN_USE_THREADS
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "cc/kernels/cpu_linalg.h"
@@ -19,6 +28,51 @@ namespace tf_lstm_ops {
 namespace {
 
 using namespace cpu;  // NOLINT: the shared CPU building blocks (CPUDevice, Gemm, ...)
+
+// Backward runs that kept dgates in place (TakeOverGateInputs); read by the tests through
+// tf_lstm_ops_in_place_backward_runs().
+std::atomic<int64_t> in_place_backward_runs{0};
+
+// Per-row values of the four gates, block k (W's column block k, in the layout's order) of row
+// r at gate[k][r·ld + j], j < H: either one interleaved [rows, 4H] matrix (a scratch chunk, the
+// cell op's dicfo) or four [rows, H] buffers (the i, f, ci, o tensors themselves).
+template <typename P>
+struct GateMatrix {
+  P gate[4];
+  int64_t ld;
+
+  static GateMatrix Interleaved(P base, int64_t cell) {
+    return {{base, base + cell, base + 2 * cell, base + 3 * cell}, 4 * cell};
+  }
+  // The i, f, ci, o tensors of a set, in their blocks.
+  template <typename S>
+  static GateMatrix Of(const LstmActivations<S>& set, GateBlocks blk, int64_t cell) {
+    GateMatrix m;
+    m.gate[blk.i] = set.i;
+    m.gate[blk.c] = set.ci;
+    m.gate[blk.f] = set.f;
+    m.gate[blk.o] = set.o;
+    m.ld = cell;
+    return m;
+  }
+  GateMatrix Row(int64_t r) const {
+    return {{gate[0] + r * ld, gate[1] + r * ld, gate[2] + r * ld, gate[3] + r * ld}, ld};
+  }
+  operator GateMatrix<const std::remove_pointer_t<P>*>() const {  // NOLINT: as for pointers
+    return {{gate[0], gate[1], gate[2], gate[3]}, ld};
+  }
+};
+
+// Runs fn(columns, col0, width) over a product's gate blocks: once over the whole interleaved
+// matrix (col0 0, width 4H), or once per buffer (col0 k·H, width H); the rows are m.ld apart.
+template <typename P, typename Fn>
+void ForGateBlocks(const GateMatrix<P>& m, int64_t cell, Fn fn) {
+  if (m.ld == 4 * cell && m.gate[1] == m.gate[0] + cell && m.gate[2] == m.gate[0] + 2 * cell &&
+      m.gate[3] == m.gate[0] + 3 * cell) {
+    return fn(m.gate[0], int64_t{0}, 4 * cell);
+  }
+  for (int k = 0; k < 4; ++k) fn(m.gate[k], k * cell, cell);
+}
 
 template <typename A, typename T>
 CellParams<A> MakeCellParams(const LstmAttrs& attrs) {
@@ -43,22 +97,23 @@ struct Peepholes {
 };
 
 // The fused forward pass of one step for the units [j0, j1) of every batch row: bias,
-// activations, state update and the seven saved outputs. `rec` is this unit range's recurrent
-// block h·Wh, [B, 4·rec_gate] with the gates in blk order, each in a block of rec_gate >= j1 - j0
-// columns. h_acc (if not null) gets h as stored, in A. kPeephole and kClip are compile-time so
-// the per-unit loop has no branches and vectorises.
+// activations, state update and the seven saved outputs. `xw` is the step's input projection
+// (it may be the i, f, ci, o outputs themselves: each element is read before it is written);
+// `rec` is this unit range's recurrent block h·Wh, [B, 4·rec_gate] with the gates in blk order,
+// each in a block of rec_gate >= j1 - j0 columns. h_acc (if not null) gets h as stored, in A.
+// kPeephole and kClip are compile-time so the per-unit loop has no branches and vectorises.
 template <typename T, typename A, typename Math, bool kPeephole, bool kClip>
 void ForwardUnits(int64_t batch, int64_t j0, int64_t j1, int64_t H, GateBlocks blk,
-                  A forget_bias, A cell_clip, const A* xw_t, const A* rec, int64_t rec_gate,
-                  const A* bias,
+                  A forget_bias, A cell_clip, const GateMatrix<const A*>& xw, const A* rec,
+                  int64_t rec_gate, const A* bias,
                   const T* cs_prev, const Peepholes<T, A>& peep, const LstmActivations<T*>& out,
                   A* h_acc) {
   const CellParams<A> params{forget_bias, cell_clip, kClip, kPeephole};
-  const int64_t G = 4 * H;
   for (int64_t b = 0; b < batch; ++b) {
-    const A *gx = xw_t + b * G, *gr = rec + b * 4 * rec_gate - j0;
-    auto gate = [=](int block, int64_t j) {
-      return (gx[block * H + j] + gr[block * rec_gate + j]) + bias[block * H + j];
+    const GateMatrix<const A*> gx = xw.Row(b);
+    const A* gr = rec + b * 4 * rec_gate - j0;
+    auto gate = [&](int block, int64_t j) {
+      return (gx.gate[block][j] + gr[block * rec_gate + j]) + bias[block * H + j];
     };
 #pragma GCC ivdep  // distinct buffers: no alias checks needed
     for (int64_t j = j0; j < j1; ++j) {
@@ -80,16 +135,20 @@ void ForwardUnits(int64_t batch, int64_t j0, int64_t j1, int64_t H, GateBlocks b
 }
 
 // The fused backward pass of one step for the units [j0, j1) of batch rows [b0, b1): dgates
-// [B, 4H] and the cell state gradient for the previous step (dc_out may alias dc_carry:
-// element-wise). `out_grads` are this step's gradients w.r.t. the outputs; kDirect says whether
-// i/f/o/ci/co are present (BlockLSTMFullGrad) or zero (the TF grad ops).
-template <typename T, typename A, bool kPeephole, bool kDirect>
+// (the step's rows of `dgates`, which may be act's own i, f, ci, o: each element is read before
+// it is written; with kStage also into `stage` [B, 4H]) and the cell state gradient for the
+// previous step (dc_out may alias dc_carry: element-wise). `out_grads` are this step's gradients
+// w.r.t. the outputs; kDirect says whether i/f/o/ci/co are present (BlockLSTMFullGrad) or zero
+// (the TF grad ops).
+template <typename T, typename A, bool kPeephole, bool kDirect, bool kStage>
 void BackwardUnits(int64_t b0, int64_t b1, int64_t j0, int64_t j1, int64_t H, GateBlocks blk,
                    const Peepholes<T, A>& peep, const LstmActivations<const T*>& act,
                    const T* cs_prev, const LstmActivations<const T*>& out_grads,
-                   const A* dc_carry, const A* dh_carry, A* dgates, A* dc_out) {
+                   const A* dc_carry, const A* dh_carry, const GateMatrix<A*>& dgates, A* stage,
+                   A* dc_out) {
   for (int64_t b = b0; b < b1; ++b) {
-    A* dg = dgates + b * 4 * H;
+    const GateMatrix<A*> dg = dgates.Row(b);
+    A* st = kStage ? stage + b * 4 * H : nullptr;
 #pragma GCC ivdep
     for (int64_t j = j0; j < j1; ++j) {
       const int64_t k = b * H + j;
@@ -102,10 +161,16 @@ void BackwardUnits(int64_t b0, int64_t b1, int64_t j0, int64_t j1, int64_t H, Ga
           A(out_grads.cs[k]) + dc_carry[k], A(out_grads.h[k]) + dh_carry[k],
           {direct(out_grads.i), direct(out_grads.f), direct(out_grads.o), direct(out_grads.ci),
            direct(out_grads.co)});
-      dg[blk.i * H + j] = g.d_i;
-      dg[blk.c * H + j] = g.d_c;
-      dg[blk.f * H + j] = g.d_f;
-      dg[blk.o * H + j] = g.d_o;
+      dg.gate[blk.i][j] = g.d_i;
+      dg.gate[blk.c][j] = g.d_c;
+      dg.gate[blk.f][j] = g.d_f;
+      dg.gate[blk.o][j] = g.d_o;
+      if constexpr (kStage) {
+        st[blk.i * H + j] = g.d_i;
+        st[blk.c * H + j] = g.d_c;
+        st[blk.f * H + j] = g.d_f;
+        st[blk.o * H + j] = g.d_o;
+      }
       dc_out[k] = g.cs_prev_grad;
     }
   }
@@ -117,12 +182,13 @@ void BackwardUnitsFor(const LstmAttrs& attrs, bool direct, int64_t b0, int64_t b
                       int64_t j1, int64_t H, const Peepholes<T, A>& peep,
                       const LstmActivations<const T*>& act, const T* cs_prev,
                       const LstmActivations<const T*>& out_grads, const A* dc_carry,
-                      const A* dh_carry, A* dgates, A* dc_out) {
+                      const A* dh_carry, const GateMatrix<A*>& dgates, A* stage, A* dc_out) {
   const GateBlocks blk = BlocksOf(attrs.layout);
-  WithFlags(attrs.use_peephole, direct, [&](auto peephole, auto direct_c) {
-    BackwardUnits<T, A, decltype(peephole)::value, decltype(direct_c)::value>(
-        b0, b1, j0, j1, H, blk, peep, act, cs_prev, out_grads, dc_carry, dh_carry, dgates,
-        dc_out);
+  WithFlags(attrs.use_peephole, direct, stage != nullptr, [&](auto peephole, auto direct_c,
+                                                               auto staged) {
+    BackwardUnits<T, A, decltype(peephole)::value, decltype(direct_c)::value,
+                  decltype(staged)::value>(b0, b1, j0, j1, H, blk, peep, act, cs_prev, out_grads,
+                                           dc_carry, dh_carry, dgates, stage, dc_out);
   });
 }
 
@@ -131,14 +197,14 @@ void BackwardUnitsFor(const LstmAttrs& attrs, bool direct, int64_t b0, int64_t b
 // rows.
 template <typename T, typename A, typename CsPrevRow, typename CsRow>
 void AddPeepholeGrads(const CPUDevice& d, const LstmAttrs& attrs, int64_t rows, int64_t cell,
-                      const A* dgates, CsPrevRow cs_prev_of, CsRow cs_of, A* acc) {
+                      const GateMatrix<const A*>& dgates, CsPrevRow cs_prev_of, CsRow cs_of,
+                      A* acc) {
   const GateBlocks blk = BlocksOf(attrs.layout);
-  const int64_t g = 4 * cell;
   ReduceRows<A>(d, rows, 3 * cell, [&](int64_t r, int64_t q) {
     const int64_t which = q / cell, j = q - which * cell;
     const int block = which == 0 ? blk.i : (which == 1 ? blk.f : blk.o);
     const T* state = which == 2 ? cs_of(r) : cs_prev_of(r);
-    return dgates[r * g + block * cell + j] * A(state[j]);
+    return dgates.gate[block][r * dgates.ld + j] * A(state[j]);
   }, acc, /*accumulate=*/true);
 }
 
@@ -185,16 +251,19 @@ class ForwardProducts {
     return absl::OkStatus();
   }
 
-  // xw = x·Wx for the `steps` steps from t0: [steps·B, 4H].
-  void Project(const CPUDevice& d, int64_t t0, int64_t steps, A* xw) const {
-    const int64_t B = dims_.batch, I = dims_.input, G = 4 * dims_.cell;
+  // xw = x·Wx for the `steps` steps from t0 (steps·B rows; interleaved for bf16 dot).
+  void Project(const CPUDevice& d, int64_t t0, int64_t steps, const GateMatrix<A*>& xw) const {
+    const int64_t B = dims_.batch, I = dims_.input, H = dims_.cell, G = 4 * H;
     if (bf16_dot_) {
       if constexpr (std::is_same_v<A, float>) {
-        GemmBf16(d, steps * B, G, I, Bits(in_.x) + t0 * B * I, I, wx_bits_, xw);
+        GemmBf16(d, steps * B, G, I, Bits(in_.x) + t0 * B * I, I, wx_bits_, xw.gate[0]);
       }
       return;
     }
-    Gemm(d, false, false, steps * B, G, I, x_ + t0 * B * I, w_x_, false, xw);
+    ForGateBlocks(xw, H, [&](A* c, int64_t col0, int64_t width) {
+      Gemm(d, false, false, steps * B, width, I, x_ + t0 * B * I, I, w_x_ + col0, G, false, c,
+           xw.ld);
+    });
   }
 
   // rec_u = h_{t-1}·Wh_u for slice u ([B, 4·gate_cols(u)]).
@@ -246,6 +315,34 @@ int64_t StepsPerChunk(int64_t batch, int64_t steps) {
   return std::max<int64_t>(1, std::min(steps, kChunkRows / std::max<int64_t>(1, batch)));
 }
 
+// The backward's in-place dgates: takes over the grad op's saved-activation inputs i, f, ci, o
+// (TensorFlow's input forwarding: only when no other reference to a buffer exists, as inside a
+// graph or tf.function where this op is their only consumer; an eager tape still holds them), so
+// that each holds its own gate's gradient, element by element as the sweep reaches it. Then
+// dgates of the whole sequence cost no memory. All four or none.
+template <typename A>
+bool TakeOverGateInputs(OpKernelContext* ctx, GateBlocks blk, int64_t cell, Tensor (&taken)[4],
+                        GateMatrix<A*>* dgates) {
+  const char* names[4];
+  names[blk.i] = "i";
+  names[blk.c] = "ci";
+  names[blk.f] = "f";
+  names[blk.o] = "o";
+  for (int k = 0; k < 4; ++k) {
+    int start, stop;
+    if (!ctx->op_kernel().InputRange(names[k], &start, &stop).ok()) return false;
+    const Tensor& input = ctx->input(start);
+    std::unique_ptr<Tensor> forwarded = ctx->forward_input(
+        start, OpKernelContext::Params::kNoReservation, input.dtype(), input.shape(),
+        ctx->input_memory_type(start), tensorflow::AllocatorAttributes());
+    if (forwarded == nullptr) return false;
+    taken[k] = std::move(*forwarded);
+    dgates->gate[k] = taken[k].flat<A>().data();
+  }
+  dgates->ld = cell;
+  return true;
+}
+
 }  // namespace
 
 template <typename T>
@@ -277,16 +374,26 @@ struct LstmForward<CPUDevice, T> {
     ForwardProducts<T, A> products;
     TF_RETURN_IF_ERROR(products.Init(ctx, dims, L, in, out, packing));
 
-    // Input projection of a chunk of steps at once; rec holds every slice's h·Wh of a step.
+    // Input projection of a chunk of steps at once, straight into the i, f, ci, o outputs
+    // (the step's element-wise pass replaces each value by its activation), except in half and
+    // bfloat16, where it stays in float in a chunk's scratch. rec holds every slice's h·Wh of a
+    // step.
+    const GateBlocks blk = BlocksOf(attrs.layout);
     const int64_t chunk = StepsPerChunk(B, L);
-    A *xw, *rec;
-    TF_RETURN_IF_ERROR(AllocateScratch(ctx, chunk * B * G, &xw_holder, &xw));
+    GateMatrix<A*> xw_scratch{};
+    if constexpr (!std::is_same_v<T, A>) {
+      A* xw;
+      TF_RETURN_IF_ERROR(AllocateScratch(ctx, chunk * B * G, &xw_holder, &xw));
+      xw_scratch = GateMatrix<A*>::Interleaved(xw, H);
+    }
+    A* rec;
     TF_RETURN_IF_ERROR(AllocateScratch(ctx, B * packing.total_cols(), &rec_holder, &rec));
     const CellParams<A> params = MakeCellParams<A, T>(attrs);
-    const GateBlocks blk = BlocksOf(attrs.layout);
     WithFlags(params.use_peephole, params.clip_active, [&](auto peephole, auto clip) {
       for (int64_t t0 = 0; t0 < L; t0 += chunk) {
         const int64_t steps = std::min(chunk, L - t0);
+        GateMatrix<A*> xw = xw_scratch;
+        if constexpr (std::is_same_v<T, A>) xw = GateMatrix<A*>::Of(out, blk, H).Row(t0 * B);
         products.Project(d, t0, steps, xw);
         RunPhases(d, steps, packing.slices(), [&](int64_t s, int u) {
           const int64_t t = t0 + s;
@@ -295,7 +402,7 @@ struct LstmForward<CPUDevice, T> {
           products.Recur(u, t, rec_u);
           const T* cs_prev = t == 0 ? in.cs_prev : out.cs + (t - 1) * step;
           ForwardUnits<T, A, MathFor<T>, decltype(peephole)::value, decltype(clip)::value>(
-              B, j0, j0 + n, H, blk, params.forget_bias, params.cell_clip, xw + s * B * G, rec_u,
+              B, j0, j0 + n, H, blk, params.forget_bias, params.cell_clip, xw.Row(s * B), rec_u,
               packing.gate_cols(u), bias, cs_prev, peep, AtStep(out, t, step),
               products.StateOut(t));
         });
@@ -346,11 +453,19 @@ struct LstmBackward<CPUDevice, T> {
     TF_RETURN_IF_ERROR(AsAcc(ctx, in.h_prev, step, &hp_holder, &h_prev));
     TF_RETURN_IF_ERROR(AsAcc(ctx, act.h, (L - 1) * step, &hs_holder, &h_seq));
 
-    // dgates of one chunk of steps; dW, db and the peephole sums accumulate over the chunks.
-    const int64_t chunk = StepsPerChunk(B, L);
+    // Where the sweep keeps dgates: in place of i, f, ci, o for the whole sequence (float and
+    // double, when TakeOverGateInputs can), or in scratch for one chunk of steps at a time, with
+    // dW, db and the peephole sums accumulating over the chunks.
+    const GateBlocks blk = BlocksOf(attrs.layout);
+    Tensor taken[4];
+    GateMatrix<A*> in_place{};
+    bool whole = false;
+    if constexpr (std::is_same_v<T, A>) whole = TakeOverGateInputs(ctx, blk, H, taken, &in_place);
+    if (whole) in_place_backward_runs.fetch_add(1, std::memory_order_relaxed);
+    const int64_t chunk = whole ? L : StepsPerChunk(B, L);
     Tensor dx_holder, dw_holder, sums_holder;
-    A *dgates, *dc, *dh, *dx, *dw, *sums;
-    TF_RETURN_IF_ERROR(AllocateScratch(ctx, chunk * B * G, &dg_holder, &dgates));
+    A *dgates_chunk = nullptr, *dc, *dh, *dx, *dw, *sums;
+    if (!whole) TF_RETURN_IF_ERROR(AllocateScratch(ctx, chunk * B * G, &dg_holder, &dgates_chunk));
     TF_RETURN_IF_ERROR(AllocateScratch(ctx, step, &dc_holder, &dc));
     TF_RETURN_IF_ERROR(AllocateScratch(ctx, step, &dh_holder, &dh));
     // db [G] and the peephole sums [3H]
@@ -367,6 +482,31 @@ struct LstmBackward<CPUDevice, T> {
     Fill(d, sums, G + 3 * H, A(0));
     A* dw_h = dw + I * G;
 
+    // The per-step product dh = dgates_{t+1}·Whᵀ wants step t+1's dgates as one [B, 4H] block:
+    // the chunk's own rows, or in place, where the gates are four buffers, one of two
+    // alternating staging blocks. x_grad and w_grad are written only after a whole-sequence
+    // sweep, so until then they can hold the staging blocks and the packed Whᵀ.
+    Tensor stage_holder, packed_holder;
+    A* staging = nullptr;
+    if (whole) {
+      if (L * I >= 2 * G) {
+        staging = dx;
+      } else {
+        TF_RETURN_IF_ERROR(AllocateScratch(ctx, 2 * B * G, &stage_holder, &staging));
+      }
+    }
+    auto step_dgates = [&](int64_t t, int64_t t0) {
+      return whole ? staging + t % 2 * B * G : dgates_chunk + (t - t0) * B * G;
+    };
+    // Slice u's operand of the per-step dh product: its rows of Wh, as Whᵀ [G, n], packed once.
+    const SlicePacking packing(UnitSlices(H, d.numThreads()), G, 1);
+    const std::vector<int64_t>& bounds = packing.bounds();
+    A* wt_packed = dw;
+    if (!whole || packing.size() > (I + H) * G) {
+      TF_RETURN_IF_ERROR(AllocateScratch(ctx, packing.size(), &packed_holder, &wt_packed));
+    }
+    packing.Pack(d, H, w_h, 1, G, wt_packed);
+
     // Reverse sweep, one phase per step: each unit slice first completes its columns of
     // dh = dgates_{t+1}·Whᵀ (its rows of Wh), then the fused element-wise pass of its units,
     // which reads only its own columns of dh and dc. Nothing is carried into the last step;
@@ -375,43 +515,47 @@ struct LstmBackward<CPUDevice, T> {
     // db += Σ dgates.
     Fill(d, dc, step, A(0));
     Fill(d, dh, step, A(0));
-    // Slice u's operand of the per-step dh product: its rows of Wh, as Whᵀ [G, n], packed once.
-    const SlicePacking packing(UnitSlices(H, d.numThreads()), G, 1);
-    const std::vector<int64_t>& bounds = packing.bounds();
-    Tensor packed_holder;
-    A* wt_packed;
-    TF_RETURN_IF_ERROR(AllocateScratch(ctx, packing.size(), &packed_holder, &wt_packed));
-    packing.Pack(d, H, w_h, 1, G, wt_packed);
     const bool direct = out_grads.i != nullptr;
     for (int64_t t1 = L; t1 > 0;) {
       const int64_t t0 = std::max<int64_t>(0, t1 - chunk), steps = t1 - t0, rows = steps * B;
       const bool first = t1 == L;  // the first chunk of the sweep writes dW instead of adding
+      const GateMatrix<A*> dgates =
+          whole ? in_place.Row(t0 * B) : GateMatrix<A*>::Interleaved(dgates_chunk, H);
       // (Phase `steps` only completes dh, which is carried into step t0 - 1.)
       RunPhases(d, steps + 1, packing.slices(), [&](int64_t phase, int u) {
         const int64_t t = t1 - 1 - phase, j0 = bounds[u], j1 = bounds[u + 1];
         if (phase > 0) {
-          gemm::PackedBlock(B, j1 - j0, G, dgates + (t + 1 - t0) * B * G, G,
+          gemm::PackedBlock(B, j1 - j0, G, step_dgates(t + 1, t0), G,
                             packing.slice(wt_packed, u), false, dh + j0, H);
         }
         if (phase == steps) return;
         const T* cs_prev = t == 0 ? in.cs_prev : act.cs + (t - 1) * step;
         BackwardUnitsFor<T, A>(attrs, direct, 0, B, j0, j1, H, peep, AtStep(act, t, step),
                                cs_prev, AtStep(out_grads, t, step), dc, dh,
-                               dgates + (t - t0) * B * G, dc);
+                               dgates.Row((t - t0) * B), whole ? step_dgates(t, t0) : nullptr,
+                               dc);
       });
-      Gemm(d, false, true, rows, I, G, dgates, w_x, false, std::is_same_v<T, A> ? dx + t0 * B * I : dx);
+      A* dx_rows = std::is_same_v<T, A> ? dx + t0 * B * I : dx;
+      ForGateBlocks(dgates, H, [&](const A* dk, int64_t col0, int64_t width) {
+        Gemm(d, false, true, rows, I, width, dk, dgates.ld, w_x + col0, G, col0 > 0, dx_rows, I);
+      });
       if constexpr (!std::is_same_v<T, A>) Convert(d, dx, grads.x + t0 * B * I, rows * I);
-      Gemm(d, true, false, I, G, rows, x + t0 * B * I, dgates, !first, dw);
-      // The states the chunk's steps started from: h_{t0-1}.. (contiguous), or for the chunk
-      // that starts at step 0, h_prev and then h_0..
-      if (t0 > 0) {
-        Gemm(d, true, false, H, G, rows, h_seq + (t0 - 1) * step, dgates, !first, dw_h);
-      } else {
-        Gemm(d, true, false, H, G, B, h_prev, dgates, !first, dw_h);
-        Gemm(d, true, false, H, G, rows - B, h_seq, dgates + B * G, true, dw_h);
-      }
-      ReduceRows<A>(d, rows, G, [&](int64_t r, int64_t j) { return dgates[r * G + j]; }, db,
-                    /*accumulate=*/true);
+      ForGateBlocks(dgates, H, [&](const A* dk, int64_t col0, int64_t width) {
+        const int64_t ld = dgates.ld;
+        Gemm(d, true, false, I, width, rows, x + t0 * B * I, I, dk, ld, !first, dw + col0, G);
+        // The states the chunk's steps started from: h_{t0-1}.. (contiguous), or for the chunk
+        // that starts at step 0, h_prev and then h_0..
+        if (t0 > 0) {
+          Gemm(d, true, false, H, width, rows, h_seq + (t0 - 1) * step, H, dk, ld, !first,
+               dw_h + col0, G);
+        } else {
+          Gemm(d, true, false, H, width, B, h_prev, H, dk, ld, !first, dw_h + col0, G);
+          Gemm(d, true, false, H, width, rows - B, h_seq, H, dk + B * ld, ld, true, dw_h + col0,
+               G);
+        }
+        ReduceRows<A>(d, rows, width, [&](int64_t r, int64_t j) { return dk[r * ld + j]; },
+                      db + col0, /*accumulate=*/true);
+      });
       if (attrs.use_peephole) {
         // dgates row r is step t0 + r / B, whose cs_prev is (t == 0 ? cs_prev : cs[t-1]).
         auto cs_prev_of = [&](int64_t r) {
@@ -463,7 +607,8 @@ struct LstmCellBackward<CPUDevice, T> {
     Fill(d, zeros, step, A(0));
     ParallelFor(d, B, H * 10 * sizeof(T), H * 20.0, [&](int64_t begin, int64_t end) {
       BackwardUnitsFor<T, A>(attrs, out_grads.i != nullptr, begin, end, 0, H, H, peep, act,
-                             in.cs_prev, out_grads, zeros, zeros, dgates, dc);
+                             in.cs_prev, out_grads, zeros, zeros,
+                             GateMatrix<A*>::Interleaved(dgates, H), nullptr, dc);
     });
     Convert(d, dgates, dgates_out, 4 * step);
     Convert(d, dc, cs_prev_grad, step);
@@ -474,7 +619,8 @@ struct LstmCellBackward<CPUDevice, T> {
       Fill(d, sums, 3 * H, A(0));
       auto cs_prev_of = [&](int64_t r) { return in.cs_prev + r * H; };
       auto cs_of = [&](int64_t r) { return act.cs + r * H; };
-      AddPeepholeGrads<T, A>(d, attrs, B, H, dgates, cs_prev_of, cs_of, sums);
+      AddPeepholeGrads<T, A>(d, attrs, B, H, GateMatrix<const A*>::Interleaved(dgates, H),
+                             cs_prev_of, cs_of, sums);
       Convert(d, sums, wci_grad, H);
       Convert(d, sums + H, wcf_grad, H);
       Convert(d, sums + 2 * H, wco_grad, H);
@@ -482,6 +628,10 @@ struct LstmCellBackward<CPUDevice, T> {
     return absl::OkStatus();
   }
 };
+
+extern "C" __attribute__((visibility("default"))) int64_t tf_lstm_ops_in_place_backward_runs() {
+  return in_place_backward_runs.load(std::memory_order_relaxed);
+}
 
 #define TF_LSTM_INSTANTIATE_CPU(T)                  \
   template struct LstmForward<CPUDevice, T>;        \
