@@ -235,31 +235,34 @@ class SlicePacking {
   std::vector<int64_t> col0_;
 };
 
-// bf16 products with AVX512-BF16 (gemm::HasBf16Dot()): B [k, n] row-major (ldb) packed once
-// across the pool, and C[m,n] = A·B (fp32, row-major, contiguous) for bf16 A [m,k] (lda), split
-// into row shards.
-inline void PackBf16(const CPUDevice& d, int64_t k, int64_t n, const uint16_t* b, int64_t ldb,
-                     uint16_t* packed) {
+// bf16 products with AVX512-BF16 (gemm::HasBf16Dot()): op(B) [k, n] (B row-major [k, n] with
+// leading dimension ldb, or [n, k] when trans_b) packed once across the pool, and
+// C[m,n] (+)= A·op(B) (fp32, row-major, contiguous) for bf16 A [m,k] (lda), split into row shards.
+inline void PackBf16(const CPUDevice& d, bool trans_b, int64_t k, int64_t n, const uint16_t* b,
+                     int64_t ldb, uint16_t* packed) {
   const int64_t panels = gemm::PaddedCols(n) / gemm::kPanelWidth;
   const int64_t panel_size = gemm::PackedSizeBf16(k, gemm::kPanelWidth);
   ParallelFor(d, panels, k * 64.0, k * 16.0, [&](int64_t begin, int64_t end) {
     for (int64_t q = begin; q < end; ++q) {
       const int64_t c0 = q * gemm::kPanelWidth;
-      gemm::PackPanelsBf16(false, k, std::min<int64_t>(gemm::kPanelWidth, n - c0), b + c0, ldb,
-                           packed + q * panel_size);
+      gemm::PackPanelsBf16(trans_b, k, std::min<int64_t>(gemm::kPanelWidth, n - c0),
+                           b + c0 * (trans_b ? ldb : 1), ldb, packed + q * panel_size);
     }
   });
 }
 inline void GemmBf16(const CPUDevice& d, int64_t m, int64_t n, int64_t k, const uint16_t* a,
-                     int64_t lda, const uint16_t* packed, float* c) {
+                     int64_t lda, const uint16_t* packed, float* c, bool accumulate = false) {
   if (m == 0 || n == 0) return;
-  if (k == 0) return Fill(d, c, m * n, 0.0f);
+  if (k == 0) {
+    if (!accumulate) Fill(d, c, m * n, 0.0f);
+    return;
+  }
   constexpr int64_t kRowsPerUnit = 6;  // the kernel's row tile
   const int64_t units = (m + kRowsPerUnit - 1) / kRowsPerUnit;
   RunShards(d, units, 2.0 * m * n * k, 4e6, [&](int64_t begin, int64_t end) {
     const int64_t r0 = std::min(m, begin * kRowsPerUnit), r1 = std::min(m, end * kRowsPerUnit);
     if (r1 > r0) {
-      gemm::PackedBlockBf16(r1 - r0, n, k, a + r0 * lda, lda, packed, false, c + r0 * n, n);
+      gemm::PackedBlockBf16(r1 - r0, n, k, a + r0 * lda, lda, packed, accumulate, c + r0 * n, n);
     }
   });
 }

@@ -231,7 +231,7 @@ class ForwardProducts {
     if (bf16_dot_) {
       const uint16_t* w = Bits(in.w);
       TF_RETURN_IF_ERROR(AllocateScratch(ctx, gemm::PackedSizeBf16(I, G), &holders_[0], &wx_bits_));
-      PackBf16(d, I, G, w, G, wx_bits_);
+      PackBf16(d, false, I, G, w, G, wx_bits_);
       TF_RETURN_IF_ERROR(AllocateScratch(ctx, packing.size<uint16_t>(), &holders_[1], &wh_bits_));
       packing.Pack(d, H, w + I * G, G, int64_t{1}, wh_bits_);
       return absl::OkStatus();
@@ -304,6 +304,62 @@ class ForwardProducts {
   const A *x_ = nullptr, *w_x_ = nullptr, *h_prev_ = nullptr;
   A *wh_packed_ = nullptr, *h_acc_ = nullptr;
   uint16_t *wx_bits_ = nullptr, *wh_bits_ = nullptr;
+};
+
+// The backward's whole-chunk products dx = dgates·Wxᵀ and dW (+)= [x; h_{t-1}]ᵀ·dgates for
+// bfloat16 on a CPU with a bf16 dot product (AVX512-BF16): at twice the fp32 rate, on dgates
+// rounded to bfloat16 once and on x, the states and Wx as stored (no float copies of them), with
+// float sums, as mixed-precision training does. The recurrent dh, db and the peephole sums keep
+// float dgates, so the gradient carried through time is not rounded.
+class Bf16ChunkProducts {
+ public:
+  // Whether to use it: bfloat16 on a CPU with the dot product.
+  template <typename T>
+  static bool Applies() {
+    if constexpr (std::is_same_v<T, Eigen::bfloat16>) return gemm::HasBf16Dot();
+    return false;
+  }
+
+  absl::Status Init(OpKernelContext* ctx, const LstmDims& dims, int64_t chunk_rows,
+                    const uint16_t* w) {
+    const int64_t I = dims.input, H = dims.cell, G = 4 * H;
+    dims_ = dims;
+    // Wxᵀ [G, I] as the packed operand of dx; a chunk's dgates in bf16, row-major (dx's A) and
+    // packed (dW's B); [x; h_{t-1}]ᵀ [I + H, rows] (dW's A).
+    TF_RETURN_IF_ERROR(AllocateScratch(ctx, gemm::PackedSizeBf16(G, I), &holders_[0], &wx_t_));
+    PackBf16(ctx->eigen_device<CPUDevice>(), true, G, I, w, G, wx_t_);
+    TF_RETURN_IF_ERROR(AllocateScratch(ctx, chunk_rows * G, &holders_[1], &dgates_));
+    TF_RETURN_IF_ERROR(
+        AllocateScratch(ctx, gemm::PackedSizeBf16(chunk_rows, G), &holders_[2], &dgates_packed_));
+    return AllocateScratch(ctx, (I + H) * chunk_rows, &holders_[3], &xh_t_);
+  }
+
+  // The chunk of `rows` dgates rows (float, [rows, 4H]) from step t0: dx [rows, I] and
+  // dw [I + H, 4H] (added to unless `first`). x and h_prev/h (the stored bf16 bits) are the
+  // op's x, h_prev and h inputs.
+  void Run(const CPUDevice& d, int64_t t0, int64_t rows, const float* dgates, const uint16_t* x,
+           const uint16_t* h_prev, const uint16_t* h, bool first, float* dx, float* dw) const {
+    const int64_t B = dims_.batch, I = dims_.input, H = dims_.cell, G = 4 * H;
+    Convert(d, dgates, reinterpret_cast<Eigen::bfloat16*>(dgates_), rows * G);
+    PackBf16(d, false, rows, G, dgates_, G, dgates_packed_);
+    // Row r of the chunk is step t0 + r / B, which started from h_prev (t == 0) or h[t-1].
+    ParallelFor(d, rows, (I + H) * 4.0, (I + H) * 2.0, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const int64_t k = t0 * B + r;
+        const uint16_t* x_row = x + k * I;
+        const uint16_t* h_row = k < B ? h_prev + k * H : h + (k - B) * H;
+        for (int64_t i = 0; i < I; ++i) xh_t_[i * rows + r] = x_row[i];
+        for (int64_t j = 0; j < H; ++j) xh_t_[(I + j) * rows + r] = h_row[j];
+      }
+    });
+    GemmBf16(d, rows, I, G, dgates_, G, wx_t_, dx);
+    GemmBf16(d, I + H, G, rows, xh_t_, rows, dgates_packed_, dw, /*accumulate=*/!first);
+  }
+
+ private:
+  LstmDims dims_;
+  Tensor holders_[4];
+  uint16_t *wx_t_ = nullptr, *dgates_ = nullptr, *dgates_packed_ = nullptr, *xh_t_ = nullptr;
 };
 
 // Steps per chunk of the time loops: their per-step scratch (the input projection forward,
@@ -446,12 +502,16 @@ struct LstmBackward<CPUDevice, T> {
     const A* w_x = w;
     const A* w_h = w + I * G;
 
-    // x, h_prev and the h sequence in A (the buffers themselves for float and double).
+    // x, h_prev and the h sequence in A (the buffers themselves for float and double; not
+    // needed by the bf16 dot products).
+    const bool bf16_dot = Bf16ChunkProducts::Applies<T>();
     Tensor x_holder, hp_holder, hs_holder;
-    const A *x, *h_prev, *h_seq;
-    TF_RETURN_IF_ERROR(AsAcc(ctx, in.x, L * B * I, &x_holder, &x));
-    TF_RETURN_IF_ERROR(AsAcc(ctx, in.h_prev, step, &hp_holder, &h_prev));
-    TF_RETURN_IF_ERROR(AsAcc(ctx, act.h, (L - 1) * step, &hs_holder, &h_seq));
+    const A *x = nullptr, *h_prev = nullptr, *h_seq = nullptr;
+    if (!bf16_dot) {
+      TF_RETURN_IF_ERROR(AsAcc(ctx, in.x, L * B * I, &x_holder, &x));
+      TF_RETURN_IF_ERROR(AsAcc(ctx, in.h_prev, step, &hp_holder, &h_prev));
+      TF_RETURN_IF_ERROR(AsAcc(ctx, act.h, (L - 1) * step, &hs_holder, &h_seq));
+    }
 
     // Where the sweep keeps dgates: in place of i, f, ci, o for the whole sequence (float and
     // double, when TakeOverGateInputs can), or in scratch for one chunk of steps at a time, with
@@ -481,6 +541,11 @@ struct LstmBackward<CPUDevice, T> {
     A* peep_sums = sums + G;  // [3H]: wci, wcf, wco
     Fill(d, sums, G + 3 * H, A(0));
     A* dw_h = dw + I * G;
+    Bf16ChunkProducts bf16_products;
+    if (bf16_dot) {
+      TF_RETURN_IF_ERROR(bf16_products.Init(ctx, dims, chunk * B,
+                                            reinterpret_cast<const uint16_t*>(in.w)));
+    }
 
     // The per-step product dh = dgates_{t+1}·Whᵀ wants step t+1's dgates as one [B, 4H] block:
     // the chunk's own rows, or in place, where the gates are four buffers, one of two
@@ -536,24 +601,33 @@ struct LstmBackward<CPUDevice, T> {
                                dc);
       });
       A* dx_rows = std::is_same_v<T, A> ? dx + t0 * B * I : dx;
-      ForGateBlocks(dgates, H, [&](const A* dk, int64_t col0, int64_t width) {
-        Gemm(d, false, true, rows, I, width, dk, dgates.ld, w_x + col0, G, col0 > 0, dx_rows, I);
-      });
+      if (bf16_dot) {
+        if constexpr (std::is_same_v<A, float>) {
+          auto bits = [](const T* p) { return reinterpret_cast<const uint16_t*>(p); };
+          bf16_products.Run(d, t0, rows, dgates_chunk, bits(in.x), bits(in.h_prev), bits(act.h),
+                            first, dx_rows, dw);
+        }
+      } else {
+        ForGateBlocks(dgates, H, [&](const A* dk, int64_t col0, int64_t width) {
+          Gemm(d, false, true, rows, I, width, dk, dgates.ld, w_x + col0, G, col0 > 0, dx_rows,
+               I);
+          const int64_t ld = dgates.ld;
+          Gemm(d, true, false, I, width, rows, x + t0 * B * I, I, dk, ld, !first, dw + col0, G);
+          // The states the chunk's steps started from: h_{t0-1}.. (contiguous), or for the
+          // chunk that starts at step 0, h_prev and then h_0..
+          if (t0 > 0) {
+            Gemm(d, true, false, H, width, rows, h_seq + (t0 - 1) * step, H, dk, ld, !first,
+                 dw_h + col0, G);
+          } else {
+            Gemm(d, true, false, H, width, B, h_prev, H, dk, ld, !first, dw_h + col0, G);
+            Gemm(d, true, false, H, width, rows - B, h_seq, H, dk + B * ld, ld, true,
+                 dw_h + col0, G);
+          }
+        });
+      }
       if constexpr (!std::is_same_v<T, A>) Convert(d, dx, grads.x + t0 * B * I, rows * I);
       ForGateBlocks(dgates, H, [&](const A* dk, int64_t col0, int64_t width) {
-        const int64_t ld = dgates.ld;
-        Gemm(d, true, false, I, width, rows, x + t0 * B * I, I, dk, ld, !first, dw + col0, G);
-        // The states the chunk's steps started from: h_{t0-1}.. (contiguous), or for the chunk
-        // that starts at step 0, h_prev and then h_0..
-        if (t0 > 0) {
-          Gemm(d, true, false, H, width, rows, h_seq + (t0 - 1) * step, H, dk, ld, !first,
-               dw_h + col0, G);
-        } else {
-          Gemm(d, true, false, H, width, B, h_prev, H, dk, ld, !first, dw_h + col0, G);
-          Gemm(d, true, false, H, width, rows - B, h_seq, H, dk + B * ld, ld, true, dw_h + col0,
-               G);
-        }
-        ReduceRows<A>(d, rows, width, [&](int64_t r, int64_t j) { return dk[r * ld + j]; },
+        ReduceRows<A>(d, rows, width, [&](int64_t r, int64_t j) { return dk[r * dgates.ld + j]; },
                       db + col0, /*accumulate=*/true);
       });
       if (attrs.use_peephole) {
