@@ -2,6 +2,7 @@
 in-process run (JSON keys and contenders, the table, the plot) and the torch-absent path.
 No timing assertions: the numbers of a tiny run on a shared machine mean nothing."""
 
+import argparse
 import importlib.util
 import io
 import json
@@ -206,3 +207,18 @@ def test_memory_worker_reports_a_number(capsys):
     assert line.startswith("MEMORY-RESULT ")
     values = json.loads(line[len("MEMORY-RESULT "):])
     assert isinstance(values["ours_cudnn"], float)
+
+
+def test_memory_runs_each_contender_in_its_own_process():
+    """A contender measured after others in one process would reuse what they left resident;
+    measure_memory starts a fresh worker per contender and merges their numbers."""
+    class Quiet:
+        def say(self, _):
+            pass
+
+    args = argparse.Namespace(threads=None, contenders=["ours_block", "tf_block"], no_torch=True,
+                              torch_path=None)
+    values, error = bench.measure_memory("lstm", "float32", (2, 1, 3, 2), args, Quiet())
+    assert error is None
+    assert sorted(values) == ["ours_block", "tf_block"]
+    assert all(isinstance(v, float) for v in values.values()), values

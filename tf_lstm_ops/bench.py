@@ -28,7 +28,7 @@ lstm, ours CudnnRNNV3 for gru): above 1 the baseline (ours) is faster.
 
 --memory measures the peak resident memory a fwd+bwd step adds (VmHWM after the step minus VmRSS
 before it, with the peak reset through /proc/self/clear_refs), in one fresh subprocess per case
-in which glibc returns every allocation of 64 KiB or more to the OS on free, so caches of earlier
+and contender, in which glibc returns every allocation of 64 KiB or more to the OS on free, so caches of earlier
 steps do not hide memory. It covers everything a step allocates (TF tensors, kernel scratch,
 Eigen/oneDNN buffers, torch), unlike TF's allocator statistics.
 
@@ -890,21 +890,31 @@ def memory_worker(spec):
 
 
 def measure_memory(family, dtype, shape, args, progress):
-    spec = {"family": family, "dtype": dtype, "shape": list(shape), "threads": args.threads,
-            "contenders": args.contenders, "no_torch": args.no_torch,
-            "torch_path": args.torch_path}
+    """{contender key: peak MB or "error: ..."}, each contender in its own fresh subprocess: in a
+    shared one, what earlier contenders left resident (freed heap, TF's and torch's caches) would
+    serve the later ones' allocations and hide their memory."""
     env = dict(os.environ, **MEMORY_ENV)
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-    progress.say("%s %s (%s): peak memory of fwd+bwd (subprocess) ..."
+    progress.say("%s %s (%s): peak memory of fwd+bwd (a subprocess per contender) ..."
                  % (family, dtype, ",".join(map(str, shape))))
-    proc = subprocess.run([sys.executable, "-m", "tf_lstm_ops.bench", "--memory-worker",
-                           json.dumps(spec)], env=env, capture_output=True, text=True)
-    for line in proc.stdout.splitlines():
-        if line.startswith("MEMORY-RESULT "):
-            return json.loads(line[len("MEMORY-RESULT "):]), None
-    return {}, "memory subprocess failed (exit %d): %s" % (
-        proc.returncode, (proc.stderr.strip().splitlines() or ["no output"])[-1][:200])
+    results, errors = {}, []
+    for contender in contenders_for(family, args.contenders):
+        if "fwd+bwd" not in contender.phases or dtype not in contender.dtypes:
+            continue
+        spec = {"family": family, "dtype": dtype, "shape": list(shape), "threads": args.threads,
+                "contenders": [contender.key], "no_torch": args.no_torch,
+                "torch_path": args.torch_path}
+        proc = subprocess.run([sys.executable, "-m", "tf_lstm_ops.bench", "--memory-worker",
+                               json.dumps(spec)], env=env, capture_output=True, text=True)
+        lines = [line for line in proc.stdout.splitlines() if line.startswith("MEMORY-RESULT ")]
+        if lines:
+            results.update(json.loads(lines[-1][len("MEMORY-RESULT "):]))
+        else:
+            errors.append("memory subprocess for %s failed (exit %d): %s" % (
+                contender.key, proc.returncode,
+                (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]))
+    return results, "; ".join(errors) or None
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1109,8 +1119,8 @@ def run(args):
                         and row["phase"] == "fwd+bwd"):
                     row["peak_mb"] = values.get(row["contender"])
         notes.append("peak MB: resident memory a fwd+bwd step adds over its inputs and weights "
-                     "(VmHWM - VmRSS in a fresh process per case, glibc returning >= 64 KiB "
-                     "blocks to the OS)")
+                     "(VmHWM - VmRSS in a fresh process per case and contender, glibc returning "
+                     ">= 64 KiB blocks to the OS)")
     progress.close()
     try:
         load_end = list(os.getloadavg())
