@@ -74,10 +74,11 @@ def test_sequence_grad_low_precision_vs_reference(raw, rng, dtype, layout, cfg, 
 
 
 # Batches large enough for several chunks of steps in the backward's sweep (about 512 rows
-# each): 100 x 5-step chunks; 257 rows (odd: the bf16 dot product's last k pair is half) per
-# one-step chunk, and H = 17 not a multiple of the 16-column panels.
+# each): 100 x 5-step chunks, with I = 33 (bf16 packs Wxᵀ in two whole 16-column panels and a
+# partial one); 257 rows (odd: the bf16 dot product's last k pair is half) per one-step chunk,
+# and H = 17 not a multiple of the 16-column panels.
 @pytest.mark.parametrize("dtype", ["float32", "float64", "half", "bfloat16"])
-@pytest.mark.parametrize("T,B,I,H,L", [(7, 100, 9, 20, 6), (3, 257, 5, 17, 3)])
+@pytest.mark.parametrize("T,B,I,H,L", [(7, 100, 33, 20, 6), (3, 257, 5, 17, 3)])
 def test_sequence_grad_several_chunks_vs_reference(raw, rng, dtype, T, B, I, H, L):
     case = seq_case(rng, T, B, I, H, L, dtype, "IFCO", True, 0.0, 0.6)
     out = run_seq_grad(raw, "IFCO", case, dtype, L, True)

@@ -147,7 +147,32 @@ void PackPanelsBf16(bool trans_b, int64_t k, int64_t n, const uint16_t* b, int64
   for (int64_t c0 = 0; c0 < n; c0 += kPanelWidth) {
     uint16_t* panel = packed + c0 * pairs * 2;
     const int64_t cols = std::min<int64_t>(kPanelWidth, n - c0);
-    for (int64_t q = 0; q < pairs; ++q) {
+    int64_t q0 = 0;  // the pairs before q0 are packed by the fast loops below
+    if (cols == kPanelWidth) {
+      // A whole panel's complete pairs: straight copies, no padding and no per-element branches
+      // (packing is per call, and at small batches it costs as much as the products).
+      q0 = k / 2;
+      if (!trans_b) {
+        for (int64_t q = 0; q < q0; ++q) {
+          const uint16_t* even = b + 2 * q * ldb + c0;
+          const uint16_t* odd = even + ldb;
+          uint16_t* row = panel + q * 2 * kPanelWidth;
+          for (int j = 0; j < kPanelWidth; ++j) {
+            row[2 * j] = even[j];
+            row[2 * j + 1] = odd[j];
+          }
+        }
+      } else {
+        for (int j = 0; j < kPanelWidth; ++j) {
+          const uint16_t* column = b + (c0 + j) * ldb;  // op(B)'s column c0 + j, contiguous
+          for (int64_t q = 0; q < q0; ++q) {
+            panel[q * 2 * kPanelWidth + 2 * j] = column[2 * q];
+            panel[q * 2 * kPanelWidth + 2 * j + 1] = column[2 * q + 1];
+          }
+        }
+      }
+    }
+    for (int64_t q = q0; q < pairs; ++q) {
       uint16_t* row = panel + q * 2 * kPanelWidth;  // [kPanelWidth][2]
       std::fill(row, row + 2 * kPanelWidth, uint16_t{0});
       for (int64_t half = 0; half < 2 && 2 * q + half < k; ++half) {
