@@ -494,17 +494,20 @@ struct LstmBackward<CPUDevice, T> {
       return absl::OkStatus();
     }
 
+    // W in A (the buffer itself for float and double); the bf16 dot products read Wx as stored,
+    // so then only Wh's rows are converted (for the recurrent dh, which stays in float).
+    const bool bf16_dot = Bf16ChunkProducts::Applies<T>();
+    const int64_t w_row0 = bf16_dot ? I : 0;
     Tensor w_holder, dg_holder, dc_holder, dh_holder;
     const A* w;
-    TF_RETURN_IF_ERROR(AsAcc(ctx, in.w, (I + H) * G, &w_holder, &w));
+    TF_RETURN_IF_ERROR(AsAcc(ctx, in.w + w_row0 * G, (I + H - w_row0) * G, &w_holder, &w));
     Peepholes<T, A> peep;
     TF_RETURN_IF_ERROR(peep.Init(ctx, attrs, in, H));
-    const A* w_x = w;
-    const A* w_h = w + I * G;
+    const A* w_x = bf16_dot ? nullptr : w;
+    const A* w_h = w + (I - w_row0) * G;
 
     // x, h_prev and the h sequence in A (the buffers themselves for float and double; not
     // needed by the bf16 dot products).
-    const bool bf16_dot = Bf16ChunkProducts::Applies<T>();
     Tensor x_holder, hp_holder, hs_holder;
     const A *x = nullptr, *h_prev = nullptr, *h_seq = nullptr;
     if (!bf16_dot) {
