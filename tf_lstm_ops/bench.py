@@ -900,7 +900,8 @@ def measure_memory(family, dtype, shape, args, progress):
                  % (family, dtype, ",".join(map(str, shape))))
     results, errors = {}, []
     for contender in contenders_for(family, args.contenders):
-        if "fwd+bwd" not in contender.phases or dtype not in contender.dtypes:
+        if ("fwd+bwd" not in contender.phases or dtype not in contender.dtypes
+                or (contender.needs == "torch" and args.no_torch)):
             continue
         spec = {"family": family, "dtype": dtype, "shape": list(shape), "threads": args.threads,
                 "contenders": [contender.key], "no_torch": args.no_torch,

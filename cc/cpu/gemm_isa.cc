@@ -44,11 +44,17 @@ void Block(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const A*
   // Eigen packs a [kc, <= n] block of one operand and a [kc, <= m] block of the other per
   // product, on the stack when each fits in EIGEN_STACK_ALLOCATION_LIMIT (128 KiB), otherwise on
   // the heap; its kc is 400-500 here, so a time loop's whole-sequence products would allocate
-  // 1-2 MiB, a large share of a small op's memory. So k is always cut into slabs of kDepth
-  // (each output is summed slab by slab in increasing k, however C is tiled or sharded), and the
-  // C of a small product (up to 2^27 multiply-adds) into tiles for which both blocks fit on the
-  // stack: such products allocate nothing, at no measurable cost. Larger ones keep Eigen's m and
-  // n blocking (tiling them costs 3-5 %, and their buffers are a small share of their operands).
+  // 1-2 MiB, a large share of a small op's memory. So k is always cut into slabs of kDepth (C
+  // accumulates slab by slab in increasing k), and the C of a small product (up to 2^27
+  // multiply-adds) into tiles for which both blocks fit on the stack: such products allocate
+  // nothing, at no measurable cost. Larger ones keep Eigen's m and n blocking (tiling them costs
+  // 3-5 %, and their buffers are a small share of their operands).
+  if (k == 0) {  // (gemm.h asks for k > 0; an empty sum is still zero)
+    if (!accumulate) {
+      for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, A(0));
+    }
+    return;
+  }
   constexpr int64_t kDepth = 256;
   const bool small = static_cast<double>(m) * n * k <= static_cast<double>(int64_t{1} << 27);
   const int64_t fits = EIGEN_STACK_ALLOCATION_LIMIT / (kDepth * static_cast<int64_t>(sizeof(A)));

@@ -1,10 +1,12 @@
 // CPU (Eigen ThreadPoolDevice) implementation of the LSTM functors.
 //
-// Structure (the same one the GPU path follows): the input projection x·Wx for all steps is one
-// GEMM; each step does only the recurrent GEMM h·Wh and one fused element-wise pass (bias,
-// activations, state update, saved activations). Backward does one element-wise pass and one
-// dgates·Whᵀ GEMM per step, then dx, dW, db and the peephole gradients as whole-sequence
-// GEMMs/reductions after the sweep. half/bfloat16 compute in float (GEMMs accumulate in float).
+// Structure (the same one the GPU path follows): the input projection x·Wx of a chunk of steps
+// is one GEMM (per gate block when it goes into the i, f, ci, o outputs); each step does only the
+// recurrent GEMM h·Wh and one fused element-wise pass (bias, activations, state update, saved
+// activations). Backward does one element-wise pass and one dgates·Whᵀ GEMM per step, then dx,
+// dW, db and the peephole gradients as GEMMs/reductions over the sweep's dgates: the whole
+// sequence's when they are kept in place, else each chunk's. half/bfloat16 compute in float
+// (GEMMs accumulate in float).
 //
 // Memory: float and double keep no sequence-sized scratch. The forward writes the input
 // projection straight into the i, f, ci, o outputs; the backward, when TensorFlow lets it take
@@ -115,7 +117,7 @@ void ForwardUnits(int64_t batch, int64_t j0, int64_t j1, int64_t H, GateBlocks b
     auto gate = [&](int block, int64_t j) {
       return (gx.gate[block][j] + gr[block * rec_gate + j]) + bias[block * H + j];
     };
-#pragma GCC ivdep  // distinct buffers: no alias checks needed
+#pragma GCC ivdep  // xw may be out's own i, f, ci, o, but only element k aliases element k
     for (int64_t j = j0; j < j1; ++j) {
       const int64_t k = b * H + j;
       const CellActivations<A> a = CellForward<A, Math>(
@@ -149,7 +151,7 @@ void BackwardUnits(int64_t b0, int64_t b1, int64_t j0, int64_t j1, int64_t H, Ga
   for (int64_t b = b0; b < b1; ++b) {
     const GateMatrix<A*> dg = dgates.Row(b);
     A* st = kStage ? stage + b * 4 * H : nullptr;
-#pragma GCC ivdep
+#pragma GCC ivdep  // dgates may be act's own i, f, ci, o, but only element k aliases element k
     for (int64_t j = j0; j < j1; ++j) {
       const int64_t k = b * H + j;
       const CellActivations<A> a{A(act.i[k]),  A(act.cs[k]), A(act.f[k]), A(act.o[k]),
@@ -362,10 +364,10 @@ class Bf16ChunkProducts {
   uint16_t *wx_t_ = nullptr, *dgates_ = nullptr, *dgates_packed_ = nullptr, *xh_t_ = nullptr;
 };
 
-// Steps per chunk of the time loops: their per-step scratch (the input projection forward,
-// dgates backward) is kept for one chunk of about kChunkRows batch rows, not the whole sequence,
-// so fwd+bwd needs no more memory than TensorFlow's per-step kernels, while the chunk's GEMMs
-// (x·Wx, dx, dW) still have hundreds of rows.
+// Steps per chunk of the time loops: where they need per-step scratch (the input projection in
+// half/bfloat16 forward, dgates in a backward that cannot keep them in place) it is kept for one
+// chunk of about kChunkRows batch rows, not the whole sequence, while the chunk's GEMMs (x·Wx,
+// dx, dW) still have hundreds of rows; the float forward chunks its projection for locality.
 int64_t StepsPerChunk(int64_t batch, int64_t steps) {
   constexpr int64_t kChunkRows = 512;
   return std::max<int64_t>(1, std::min(steps, kChunkRows / std::max<int64_t>(1, batch)));
@@ -524,7 +526,6 @@ struct LstmBackward<CPUDevice, T> {
     GateMatrix<A*> in_place{};
     bool whole = false;
     if constexpr (std::is_same_v<T, A>) whole = TakeOverGateInputs(ctx, blk, H, taken, &in_place);
-    if (whole) in_place_backward_runs.fetch_add(1, std::memory_order_relaxed);
     const int64_t chunk = whole ? L : StepsPerChunk(B, L);
     Tensor dx_holder, dw_holder, sums_holder;
     A *dgates_chunk = nullptr, *dc, *dh, *dx, *dw, *sums;
@@ -552,8 +553,9 @@ struct LstmBackward<CPUDevice, T> {
 
     // The per-step product dh = dgates_{t+1}·Whᵀ wants step t+1's dgates as one [B, 4H] block:
     // the chunk's own rows, or in place, where the gates are four buffers, one of two
-    // alternating staging blocks. x_grad and w_grad are written only after a whole-sequence
-    // sweep, so until then they can hold the staging blocks and the packed Whᵀ.
+    // alternating staging blocks. After a whole-sequence sweep the products overwrite all of
+    // w_grad and x_grad's first L·B·I values (its rest is already zero), so until then those
+    // can hold the packed Whᵀ and the staging blocks, where they fit.
     Tensor stage_holder, packed_holder;
     A* staging = nullptr;
     if (whole) {
@@ -574,6 +576,7 @@ struct LstmBackward<CPUDevice, T> {
       TF_RETURN_IF_ERROR(AllocateScratch(ctx, packing.size(), &packed_holder, &wt_packed));
     }
     packing.Pack(d, H, w_h, 1, G, wt_packed);
+    if (whole) in_place_backward_runs.fetch_add(1, std::memory_order_relaxed);
 
     // Reverse sweep, one phase per step: each unit slice first completes its columns of
     // dh = dgates_{t+1}·Whᵀ (its rows of Wh), then the fused element-wise pass of its units,
