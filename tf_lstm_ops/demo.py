@@ -113,13 +113,19 @@ def sample(model, prompt_ids, length, temperature, rng):
     return out
 
 
-def time_train_steps(model, x, y, steps):
-    model.train_on_batch(x, y)  # trace + warm up
-    model.train_on_batch(x, y)
-    start = time.perf_counter()
-    for _ in range(steps):
+def time_train_steps(models, x, y, steps):
+    """Median seconds per train_on_batch step of each model, their steps interleaved (on a
+    shared, noisy machine a burst of other work then hits both, not whichever ran second)."""
+    for model in models:
+        model.train_on_batch(x, y)  # trace + warm up
         model.train_on_batch(x, y)
-    return (time.perf_counter() - start) / steps
+    times = [[] for _ in models]
+    for _ in range(steps):
+        for model, samples in zip(models, times):
+            start = time.perf_counter()
+            model.train_on_batch(x, y)
+            samples.append(time.perf_counter() - start)
+    return [float(np.median(samples)) for samples in times]
 
 
 def parse_args(argv):
@@ -157,9 +163,9 @@ def parse_args(argv):
                         help="characters to generate after training (default 300)")
     parser.add_argument("--temperature", type=float, default=0.6,
                         help="sampling temperature (default 0.6)")
-    parser.add_argument("--compare-steps", type=int, default=10,
-                        help="timed training steps per implementation in the speed comparison "
-                        "(default 10; 0 skips the comparison)")
+    parser.add_argument("--compare-steps", type=int, default=20,
+                        help="timed training steps per implementation in the speed comparison, "
+                        "interleaved (default 20; 0 skips the comparison)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     args = parser.parse_args(argv)
     for name in ("epochs", "steps_per_epoch", "units", "embedding", "seq_len", "batch_size"):
@@ -265,10 +271,10 @@ def main(argv=None):
         print("\nSame weights, one batch: loss %.6f (tf_lstm_ops.keras.%s) vs %.6f "
               "(keras.layers.%s)" % (ours_loss, kind.upper(), ref_loss,
                                      kind.upper()))
-        ours_s = time_train_steps(model, x, y, args.compare_steps)
-        ref_s = time_train_steps(reference, x, y, args.compare_steps)
-        print("Training speed (batch %d x %d characters, %d timed steps each, TF %s, %d CPU "
-              "threads available):" % (args.batch_size, args.seq_len, args.compare_steps,
+        ours_s, ref_s = time_train_steps([model, reference], x, y, args.compare_steps)
+        print("Training speed (batch %d x %d characters, median of %d interleaved steps each, "
+              "TF %s, %d CPU threads available):" % (args.batch_size, args.seq_len,
+                                                     args.compare_steps,
                                        tf.__version__, os.cpu_count() or 0))
         print("  tf_lstm_ops.keras.%-5s %8.1f ms/step  %6.2f steps/s" % (
             kind.upper(), 1000 * ours_s, 1 / ours_s))
