@@ -354,3 +354,48 @@ def test_sequence_grad_in_place_inside_a_function(raw, rng, dtype, layout, T, B,
         for k in ref.SEQ_GRAD_NAMES:
             assert_close(got[k], expect[k], REF_TOL[dtype], name=k)
         assert np.all(got["x_grad"][L:] == 0)
+
+
+@pytest.mark.parametrize("bad", [None, "seq_len_max", "h_grad-batch", "cs_grad-rank", "w-rows"])
+def test_bad_input_beside_in_graph_activations_is_invalid_argument(raw, rng, bad):
+    """Where TF would hand the grad op its i, f, ci, o (produced by the forward in the same
+    tf.function), a bad companion input is still an InvalidArgumentError raised before anything
+    is taken over or written. (bad=None: the same function with good inputs runs in place.)"""
+    from tf_lstm_ops._loader import in_place_backward_runs
+
+    T, B, I, H, L = 4, 3, 5, 6, 4
+    inputs = tf_inputs(random_params(rng, B, I, H, "float32", T=T), "float32", L)
+    grads = dict(cs_grad=tf.zeros([T, B, H]), h_grad=tf.ones([T, B, H]))
+    grad_inputs = dict(inputs)
+    if bad == "seq_len_max":
+        grad_inputs["seq_len_max"] = tf.constant(T + 1, tf.int64)
+    elif bad == "h_grad-batch":
+        grads["h_grad"] = tf.ones([T, B + 1, H])
+    elif bad == "cs_grad-rank":
+        grads["cs_grad"] = tf.zeros([T * B, H])
+    elif bad == "w-rows":
+        grad_inputs["w"] = tf.zeros([I + H + 1, 4 * H])
+    # Unknown shapes at trace time, so the kernel, not the shape function, sees the defect.
+    names = sorted(grads) + ["seq_len_max", "w"]
+    specs = [tf.TensorSpec(None, tf.int64 if n == "seq_len_max" else tf.float32) for n in names]
+
+    @tf.function(input_signature=specs, autograph=False)
+    def fwd_and_grad(*args):
+        given = dict(zip(names, args))
+        out = raw.BlockLSTMV2(**inputs, cell_clip=0.0, use_peephole=False)
+        return raw.BlockLSTMGradV2(**dict(grad_inputs, seq_len_max=given["seq_len_max"],
+                                          w=given["w"]),
+                                   **{k: getattr(out, k) for k in OUTPUTS},
+                                   cs_grad=given["cs_grad"], h_grad=given["h_grad"],
+                                   use_peephole=False)
+
+    runs = in_place_backward_runs()
+    args = [dict(grads, **grad_inputs)[n] for n in names]
+    with tf.device("/CPU:0"):
+        if bad is None:
+            fwd_and_grad(*args)
+            assert in_place_backward_runs() == runs + 1
+            return
+        with pytest.raises(tf.errors.InvalidArgumentError):
+            fwd_and_grad(*args)
+    assert in_place_backward_runs() == runs

@@ -15,11 +15,13 @@ from conftest import (
 T, B, I, H, L = 3, 2, 3, 4, 2
 
 GRAD_INPUTS = OUTPUTS + ("cs_grad", "h_grad")  # activations + incoming grads of the seq grads
+# BlockLSTMFullGrad (our registered gradients' op) also takes the gradients w.r.t. i, f, o, ci, co
+FULL_GRAD_INPUTS = GRAD_INPUTS + ("i_grad", "f_grad", "o_grad", "ci_grad", "co_grad")
 CELL_GRAD_EXTRA = ("i", "cs", "f", "o", "ci", "co", "cs_grad", "h_grad")
-OPS = ("LSTMBlockCell", "LSTMBlockCellGrad", "BlockLSTM", "BlockLSTMV2", "BlockLSTMGrad",
-       "BlockLSTMGradV2")
-SEQ = ("BlockLSTM", "BlockLSTMV2", "BlockLSTMGrad", "BlockLSTMGradV2")
-GRAD = ("LSTMBlockCellGrad", "BlockLSTMGrad", "BlockLSTMGradV2")
+SEQ_GRAD = ("BlockLSTMGrad", "BlockLSTMGradV2", "BlockLSTMFullGrad")
+OPS = ("LSTMBlockCell", "LSTMBlockCellGrad", "BlockLSTM", "BlockLSTMV2") + SEQ_GRAD
+SEQ = ("BlockLSTM", "BlockLSTMV2") + SEQ_GRAD
+GRAD = ("LSTMBlockCellGrad",) + SEQ_GRAD
 
 
 def valid_shapes(op):
@@ -32,8 +34,9 @@ def valid_shapes(op):
         s["x"] = [B, I]
     if op == "LSTMBlockCellGrad":
         s.update({k: [B, H] for k in CELL_GRAD_EXTRA})
-    if op in ("BlockLSTMGrad", "BlockLSTMGradV2"):
-        s.update({k: [T, B, H] for k in GRAD_INPUTS})
+    if op in SEQ_GRAD:
+        s.update({k: [T, B, H] for k in (FULL_GRAD_INPUTS if op == "BlockLSTMFullGrad"
+                                          else GRAD_INPUTS)})
     return s
 
 
@@ -115,8 +118,8 @@ def bad_cases():
                 cases.append((op, arg + "-batch", {arg: [B + 1, H]}, L, True, (arg,)))
                 cases.append((op, arg + "-units", {arg: [B, H + 1]}, L, True, (arg,)))
                 cases.append((op, arg + "-batch-short", {arg: [B - 1, H]}, L, True, (arg,)))
-        if op in ("BlockLSTMGrad", "BlockLSTMGradV2"):
-            for arg in GRAD_INPUTS:
+        if op in SEQ_GRAD:
+            for arg in FULL_GRAD_INPUTS if op == "BlockLSTMFullGrad" else GRAD_INPUTS:
                 cases.append((op, arg + "-steps-L=T", {arg: [T - 1, B, H]}, T, True, (arg,)))
                 cases.append((op, arg + "-steps<L", {arg: [L - 1, B, H]}, L, True, (arg,)))
                 cases.append((op, arg + "-batch", {arg: [T, B + 1, H]}, L, True, (arg,)))
@@ -131,6 +134,10 @@ BAD_IDS = ["%s-%s" % (c[0], c[1]) for c in BAD_CASES]
 
 
 def call(raw, op, inputs, use_peephole):
+    if op == "BlockLSTMFullGrad":  # not a tf.raw_ops name, so not in raw: the library's own op
+        from tf_lstm_ops._loader import library
+
+        return library.op(op)(**inputs, use_peephole=use_peephole, gate_layout="IFCO")
     return getattr(raw, op)(**inputs, use_peephole=use_peephole)
 
 
