@@ -24,6 +24,7 @@ tf.config.threading.set_intra_op_parallelism_threads(int(sys.argv[1]))
 import cudnn_reference as R  # noqa: E402
 import reference as ref  # noqa: E402
 import tf_lstm_ops  # noqa: E402
+from tf_lstm_ops._loader import cpu_isa, in_place_backward_runs  # noqa: E402
 
 TOL = {"float64": 1e-10, "float32": 2e-5, "half": 3e-3, "bfloat16": 3e-2}
 checks = 0
@@ -131,8 +132,6 @@ def cudnn_cases(rng):
             for k, v in expect.items():
                 close(k, R.to_np(got[k]), v, TOL[dtype], what)
 
-
-from tf_lstm_ops._loader import cpu_isa, in_place_backward_runs  # noqa: E402
 
 print("ISA %s" % cpu_isa(), flush=True)
 rng = np.random.default_rng(int(sys.argv[1]))

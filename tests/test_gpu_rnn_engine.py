@@ -189,8 +189,7 @@ def test_workspace_bytes_and_header_equal_cpu_op(mod, alloc, rng, tf_ops, dtype)
 # small cases here (and the grid above, B = 3 without a projection) take it with several blocks.
 # The test-only switch TF_LSTM_OPS_RNN_PERSISTENT=0 makes the engine take the per-step path.
 # Backprop is per step either way.
-
-PERSISTENT_ENV = "TF_LSTM_OPS_RNN_PERSISTENT"
+PERSISTENT_ENV = C.PERSISTENT_ENV
 # persistent vs per step: only the recurrent dot product's summation order may differ
 PATH_TOL = dict(TOL_float64=1e-12, TOL_float32=1e-5)
 

@@ -5,6 +5,8 @@ repository's bazel-bin (a source checkout after ./configure.sh). Every failure i
 that says what was found, what was expected and how to fix it.
 """
 
+import ctypes
+import functools
 import importlib.util
 import os
 import threading
@@ -138,24 +140,24 @@ def load(tf):
 
 
 def cpu_isa():
-    """Which build of the CPU GEMM blocks runs on this CPU: "avx512", "avx2", "avx" or
-    "generic" ($TF_LSTM_OPS_CPU_ISA=avx2 or avx caps it, for tests)."""
-    import ctypes
-
-    fn = ctypes.CDLL(find_library()).tf_lstm_ops_cpu_isa
-    fn.restype = ctypes.c_char_p
-    return fn().decode()
+    """Which build of the CPU GEMM blocks runs on this CPU: "avx512_bf16", "avx512", "avx2", "avx"
+    or "generic" ($TF_LSTM_OPS_CPU_ISA=avx512, avx2 or avx caps it, for tests)."""
+    return _diagnostic("tf_lstm_ops_cpu_isa", ctypes.c_char_p)().decode()
 
 
 def in_place_backward_runs():
     """How many CPU BlockLSTM gradient runs in this process stored the gate gradients in place of
     the saved i, f, ci, o (which TensorFlow hands over only when nothing else holds them: inside
     a graph or tf.function, never eagerly); a diagnostic for the tests."""
-    import ctypes
+    return _diagnostic("tf_lstm_ops_in_place_backward_runs", ctypes.c_int64)()
 
-    fn = ctypes.CDLL(find_library()).tf_lstm_ops_in_place_backward_runs
-    fn.restype = ctypes.c_int64
-    return fn()
+
+@functools.lru_cache(maxsize=None)
+def _diagnostic(name, restype):
+    """One of the library's exported C diagnostics (cc/exports.lds), looked up once."""
+    fn = getattr(ctypes.CDLL(find_library()), name)
+    fn.restype = restype
+    return fn
 
 
 def python_op_name(op_name):

@@ -867,7 +867,7 @@ def memory_worker(spec):
     case = Case(spec["family"], spec["dtype"], spec["shape"], threads, torch)
     out = {}
     for contender in contenders_for(spec["family"], spec["contenders"]):
-        if "fwd+bwd" not in contender.phases or spec["dtype"] not in contender.dtypes:
+        if not _measures_memory(contender, spec["dtype"]):
             continue
         try:
             fn = contender.build(case)["fwd+bwd"]
@@ -889,7 +889,11 @@ def memory_worker(spec):
     print("MEMORY-RESULT " + json.dumps(out))
 
 
-def measure_memory(family, dtype, shape, args, progress):
+def _measures_memory(contender, dtype):
+    return "fwd+bwd" in contender.phases and dtype in contender.dtypes
+
+
+def measure_memory(family, dtype, shape, args, progress, contenders=None):
     """{contender key: peak MB or "error: ..."}, each contender in its own fresh subprocess: in a
     shared one, what earlier contenders left resident (freed heap, TF's and torch's caches) would
     serve the later ones' allocations and hide their memory."""
@@ -899,9 +903,9 @@ def measure_memory(family, dtype, shape, args, progress):
     progress.say("%s %s (%s): peak memory of fwd+bwd (a subprocess per contender) ..."
                  % (family, dtype, ",".join(map(str, shape))))
     results, errors = {}, []
-    for contender in contenders_for(family, args.contenders):
-        if ("fwd+bwd" not in contender.phases or dtype not in contender.dtypes
-                or (contender.needs == "torch" and args.no_torch)):
+    for contender in contenders or contenders_for(family, args.contenders):
+        if not _measures_memory(contender, dtype) or (contender.needs == "torch"
+                                                       and args.no_torch):
             continue
         spec = {"family": family, "dtype": dtype, "shape": list(shape), "threads": args.threads,
                 "contenders": [contender.key], "no_torch": args.no_torch,
@@ -1110,8 +1114,8 @@ def run(args):
     memory = None
     if args.memory:
         memory = {}
-        for family, dtype, shape, _ in cases:
-            values, error = measure_memory(family, dtype, shape, args, progress)
+        for family, dtype, shape, contenders in cases:
+            values, error = measure_memory(family, dtype, shape, args, progress, contenders)
             if error:
                 notes.append("%s %s %s: %s" % (family, dtype, shape, error))
             memory["%s %s %s" % (family, dtype, ",".join(map(str, shape)))] = values

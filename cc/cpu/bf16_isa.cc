@@ -20,11 +20,14 @@ constexpr int kTileRows = 6;
 constexpr int kTileVecs = 4;  // 6 x 4 fp32 accumulators; a vector of B is one panel's k pair
 
 // A(r, 2q) and A(r, 2q + 1) as one 32-bit lane (the first in the low half, as VDPBF16PS pairs
-// them); with `half_pair`, only A(r, 2q) (k is odd and this is the last pair: never read past k).
-inline __m512 PairOf(const uint16_t* a, bool half_pair) {
-  uint32_t bits = a[0];
-  if (!half_pair) std::memcpy(&bits, a, sizeof(bits));
+// them); a half pair (k odd, the last pair) is only A(r, 2q), so nothing past k is read.
+inline __m512 PairOf(const uint16_t* a) {
+  uint32_t bits;
+  std::memcpy(&bits, a, sizeof(bits));
   return _mm512_castsi512_ps(_mm512_set1_epi32(static_cast<int>(bits)));
+}
+inline __m512 HalfPairOf(const uint16_t* a) {
+  return _mm512_castsi512_ps(_mm512_set1_epi32(static_cast<int>(a[0])));
 }
 
 // C[kRows, kVecs·16] (+)= A[kRows, k]·B, A row-major (lda), B's panel v at b[v]. One dot-product
@@ -38,9 +41,8 @@ void Tile(int64_t k, const uint16_t* a, int64_t lda, const uint16_t* const* b, b
 #pragma GCC unroll 4
     for (int v = 0; v < kVecs; ++v) acc[r][v] = _mm512_setzero_ps();
   }
-  const int64_t pairs = (k + 1) / 2;
-  for (int64_t q = 0; q < pairs; ++q) {
-    const bool half_pair = 2 * q + 1 == k;
+  // One step of pair q; the packed half pair's second row is zero.
+  auto pair_step = [&](int64_t q, auto pair_of) {
     __m512bh bv[kVecs];
 #pragma GCC unroll 4
     for (int v = 0; v < kVecs; ++v) {
@@ -48,11 +50,17 @@ void Tile(int64_t k, const uint16_t* a, int64_t lda, const uint16_t* const* b, b
     }
 #pragma GCC unroll 8
     for (int r = 0; r < kRows; ++r) {
-      const __m512bh av = reinterpret_cast<__m512bh>(PairOf(a + r * lda + 2 * q, half_pair));
+      const __m512bh av = reinterpret_cast<__m512bh>(pair_of(a + r * lda + 2 * q));
 #pragma GCC unroll 4
       for (int v = 0; v < kVecs; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, bv[v]);
     }
+  };
+  const int64_t full_pairs = k / 2;
+  // (lambdas, not function pointers: each step's loads inline into the unrolled loop)
+  for (int64_t q = 0; q < full_pairs; ++q) {
+    pair_step(q, [](const uint16_t* p) { return PairOf(p); });
   }
+  if (k % 2 != 0) pair_step(full_pairs, [](const uint16_t* p) { return HalfPairOf(p); });
   const __mmask16 last_mask = static_cast<__mmask16>((1u << last_lanes) - 1);
 #pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r) {

@@ -158,6 +158,29 @@ void ReduceRows(const CPUDevice& d, int64_t rows, int64_t width, Term term, T* o
               });
 }
 
+// dst[a·ld_dst + b] = src[a·sa + b·sb] for a < na, b < nb: row copies when sb == 1, else through
+// 32x32 tiles kept in L1 (a transpose when sa == 1).
+template <typename A>
+void CopyStrided(int64_t na, int64_t nb, const A* src, int64_t sa, int64_t sb, A* dst,
+                 int64_t ld_dst) {
+  if (sb == 1) {
+    for (int64_t a = 0; a < na; ++a) std::copy_n(src + a * sa, nb, dst + a * ld_dst);
+    return;
+  }
+  constexpr int64_t kTile = 32;  // (16 is slower: power-of-two strides thrash L1 sets)
+  A tile[kTile][kTile];
+  for (int64_t a0 = 0; a0 < na; a0 += kTile) {
+    const int64_t a1 = std::min(na, a0 + kTile);
+    for (int64_t b0 = 0; b0 < nb; b0 += kTile) {
+      const int64_t b1 = std::min(nb, b0 + kTile);
+      for (int64_t b = b0; b < b1; ++b) {
+        for (int64_t a = a0; a < a1; ++a) tile[a - a0][b - b0] = src[a * sa + b * sb];
+      }
+      for (int64_t a = a0; a < a1; ++a) std::copy_n(tile[a - a0], b1 - b0, dst + a * ld_dst + b0);
+    }
+  }
+}
+
 // How a time loop splits `width` units (cells, or projection outputs) across a RunPhases team:
 // at most `max_slices` slices, each at least 16 units wide (a whole AVX-512 vector), boundaries
 // on multiples of 16 where possible. Slice u is [bounds[u], bounds[u+1]); never empty unless

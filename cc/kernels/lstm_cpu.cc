@@ -31,6 +31,18 @@ namespace {
 
 using namespace cpu;  // NOLINT: the shared CPU building blocks (CPUDevice, Gemm, ...)
 
+// Whether a T = bfloat16 op multiplies the stored bf16 values with the CPU's bf16 dot product
+// (AVX512-BF16), and those values' bits.
+template <typename T>
+bool UsesBf16Dot() {
+  if constexpr (std::is_same_v<T, Eigen::bfloat16>) return gemm::HasBf16Dot();
+  return false;
+}
+template <typename T>
+const uint16_t* Bf16Bits(const T* p) {
+  return reinterpret_cast<const uint16_t*>(p);
+}
+
 // Backward runs that kept dgates in place (TakeOverGateInputs); read by the tests through
 // tf_lstm_ops_in_place_backward_runs().
 std::atomic<int64_t> in_place_backward_runs{0};
@@ -67,12 +79,10 @@ struct GateMatrix {
 
 // Runs fn(columns, col0, width) over a product's gate blocks: once over the whole interleaved
 // matrix (col0 0, width 4H), or once per buffer (col0 k·H, width H); the rows are m.ld apart.
+// (Only Interleaved makes ld 4H: four buffers have ld H.)
 template <typename P, typename Fn>
 void ForGateBlocks(const GateMatrix<P>& m, int64_t cell, Fn fn) {
-  if (m.ld == 4 * cell && m.gate[1] == m.gate[0] + cell && m.gate[2] == m.gate[0] + 2 * cell &&
-      m.gate[3] == m.gate[0] + 3 * cell) {
-    return fn(m.gate[0], int64_t{0}, 4 * cell);
-  }
+  if (m.ld == 4 * cell) return fn(m.gate[0], int64_t{0}, 4 * cell);
   for (int k = 0; k < 4; ++k) fn(m.gate[k], k * cell, cell);
 }
 
@@ -131,7 +141,9 @@ void ForwardUnits(int64_t batch, int64_t j0, int64_t j1, int64_t H, GateBlocks b
       out.ci[k] = T(a.ci);
       out.co[k] = T(a.co);
       out.h[k] = T(a.h);
-      if (h_acc != nullptr) h_acc[k] = A(out.h[k]);  // the state, as stored (loop-invariant)
+      if constexpr (!std::is_same_v<T, A>) {
+        if (h_acc != nullptr) h_acc[k] = A(out.h[k]);  // the state, as stored (loop-invariant)
+      }
     }
   }
 }
@@ -227,11 +239,9 @@ class ForwardProducts {
     out_ = out;
     packing_ = &packing;
     const int64_t I = dims.input, H = dims.cell, G = 4 * H, step = dims.batch * H;
-    if constexpr (std::is_same_v<T, Eigen::bfloat16>) {
-      bf16_dot_ = gemm::HasBf16Dot();
-    }
+    bf16_dot_ = UsesBf16Dot<T>();
     if (bf16_dot_) {
-      const uint16_t* w = Bits(in.w);
+      const uint16_t* w = Bf16Bits(in.w);
       TF_RETURN_IF_ERROR(AllocateScratch(ctx, gemm::PackedSizeBf16(I, G), &holders_[0], &wx_bits_));
       PackBf16(d, false, I, G, w, G, wx_bits_);
       TF_RETURN_IF_ERROR(AllocateScratch(ctx, packing.size<uint16_t>(), &holders_[1], &wh_bits_));
@@ -258,7 +268,7 @@ class ForwardProducts {
     const int64_t B = dims_.batch, I = dims_.input, H = dims_.cell, G = 4 * H;
     if (bf16_dot_) {
       if constexpr (std::is_same_v<A, float>) {
-        GemmBf16(d, steps * B, G, I, Bits(in_.x) + t0 * B * I, I, wx_bits_, xw.gate[0]);
+        GemmBf16(d, steps * B, G, I, Bf16Bits(in_.x) + t0 * B * I, I, wx_bits_, xw.gate[0]);
       }
       return;
     }
@@ -273,7 +283,7 @@ class ForwardProducts {
     const int64_t B = dims_.batch, H = dims_.cell, cols = 4 * packing_->gate_cols(u);
     if (bf16_dot_) {
       if constexpr (std::is_same_v<A, float>) {
-        const uint16_t* h = t == 0 ? Bits(in_.h_prev) : Bits(out_.h) + (t - 1) * B * H;
+        const uint16_t* h = t == 0 ? Bf16Bits(in_.h_prev) : Bf16Bits(out_.h) + (t - 1) * B * H;
         gemm::PackedBlockBf16(B, cols, H, h, H, packing_->slice(wh_bits_, u), false, rec_u, cols);
       }
       return;
@@ -295,8 +305,6 @@ class ForwardProducts {
   }
 
  private:
-  static const uint16_t* Bits(const T* p) { return reinterpret_cast<const uint16_t*>(p); }
-
   LstmDims dims_;
   LstmInputs<T> in_;
   LstmActivations<T*> out_;
@@ -315,13 +323,6 @@ class ForwardProducts {
 // float dgates, so the gradient carried through time is not rounded.
 class Bf16ChunkProducts {
  public:
-  // Whether to use it: bfloat16 on a CPU with the dot product.
-  template <typename T>
-  static bool Applies() {
-    if constexpr (std::is_same_v<T, Eigen::bfloat16>) return gemm::HasBf16Dot();
-    return false;
-  }
-
   absl::Status Init(OpKernelContext* ctx, const LstmDims& dims, int64_t chunk_rows,
                     const uint16_t* w) {
     const int64_t I = dims.input, H = dims.cell, G = 4 * H;
@@ -344,16 +345,16 @@ class Bf16ChunkProducts {
     const int64_t B = dims_.batch, I = dims_.input, H = dims_.cell, G = 4 * H;
     Convert(d, dgates, reinterpret_cast<Eigen::bfloat16*>(dgates_), rows * G);
     PackBf16(d, false, rows, G, dgates_, G, dgates_packed_);
-    // Row r of the chunk is step t0 + r / B, which started from h_prev (t == 0) or h[t-1].
-    ParallelFor(d, rows, (I + H) * 4.0, (I + H) * 2.0, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const int64_t k = t0 * B + r;
-        const uint16_t* x_row = x + k * I;
-        const uint16_t* h_row = k < B ? h_prev + k * H : h + (k - B) * H;
-        for (int64_t i = 0; i < I; ++i) xh_t_[i * rows + r] = x_row[i];
-        for (int64_t j = 0; j < H; ++j) xh_t_[(I + j) * rows + r] = h_row[j];
-      }
-    });
+    // [x; h_{t-1}]ᵀ: the chunk's x rows, and the states its steps started from, h[t0-1].. or
+    // for the chunk at step 0, h_prev and then h_0.. (contiguous either way).
+    CopyStrided(I, rows, x + t0 * B * I, 1, I, xh_t_, rows);
+    uint16_t* h_t = xh_t_ + I * rows;
+    if (t0 > 0) {
+      CopyStrided(H, rows, h + (t0 - 1) * B * H, 1, H, h_t, rows);
+    } else {
+      CopyStrided(H, B, h_prev, 1, H, h_t, rows);
+      CopyStrided(H, rows - B, h, 1, H, h_t + B, rows);
+    }
     GemmBf16(d, rows, I, G, dgates_, G, wx_t_, dx);
     GemmBf16(d, I + H, G, rows, xh_t_, rows, dgates_packed_, dw, /*accumulate=*/!first);
   }
@@ -498,7 +499,7 @@ struct LstmBackward<CPUDevice, T> {
 
     // W in A (the buffer itself for float and double); the bf16 dot products read Wx as stored,
     // so then only Wh's rows are converted (for the recurrent dh, which stays in float).
-    const bool bf16_dot = Bf16ChunkProducts::Applies<T>();
+    const bool bf16_dot = UsesBf16Dot<T>();
     const int64_t w_row0 = bf16_dot ? I : 0;
     Tensor w_holder, dg_holder, dc_holder, dh_holder;
     const A* w;
@@ -548,7 +549,7 @@ struct LstmBackward<CPUDevice, T> {
     Bf16ChunkProducts bf16_products;
     if (bf16_dot) {
       TF_RETURN_IF_ERROR(bf16_products.Init(ctx, dims, chunk * B,
-                                            reinterpret_cast<const uint16_t*>(in.w)));
+                                            Bf16Bits(in.w)));
     }
 
     // The per-step product dh = dgates_{t+1}·Whᵀ wants step t+1's dgates as one [B, 4H] block:
@@ -609,9 +610,8 @@ struct LstmBackward<CPUDevice, T> {
       A* dx_rows = std::is_same_v<T, A> ? dx + t0 * B * I : dx;
       if (bf16_dot) {
         if constexpr (std::is_same_v<A, float>) {
-          auto bits = [](const T* p) { return reinterpret_cast<const uint16_t*>(p); };
-          bf16_products.Run(d, t0, rows, dgates_chunk, bits(in.x), bits(in.h_prev), bits(act.h),
-                            first, dx_rows, dw);
+          bf16_products.Run(d, t0, rows, dgates_chunk, Bf16Bits(in.x), Bf16Bits(in.h_prev),
+                            Bf16Bits(act.h), first, dx_rows, dw);
         }
       } else {
         ForGateBlocks(dgates, H, [&](const A* dk, int64_t col0, int64_t width) {

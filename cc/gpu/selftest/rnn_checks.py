@@ -110,6 +110,8 @@ class Case:
                 else (self.batch, self.time, width))
 
 
+# The CudnnRNN engine's test-only switch: "0" makes the forward recurrence run per step.
+PERSISTENT_ENV = "TF_LSTM_OPS_RNN_PERSISTENT"
 VARLEN = (4, 0, 2)  # B = 3, T = 4: a full, an empty and a partial sequence
 
 

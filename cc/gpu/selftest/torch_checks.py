@@ -29,6 +29,7 @@ import os
 import statistics
 import sys
 import time
+from unittest import mock
 
 import numpy as np
 
@@ -695,15 +696,8 @@ def bench_size(torch, module, alloc, timer, device, precision, mode, T, B, I, H,
         if not block:
             path = module.rnn_forward_path(alloc.backend, dtype, **prob.engine_kwargs())["path"]
             if path == "persistent":
-                saved = os.environ.get(PERSISTENT_ENV)
-                os.environ[PERSISTENT_ENV] = "0"
-                try:
+                with mock.patch.dict(os.environ, {rnn_checks.PERSISTENT_ENV: "0"}):
                     per_step_fwd = timer.median_ms(fwd, warmup, repeat)
-                finally:
-                    if saved is None:
-                        del os.environ[PERSISTENT_ENV]
-                    else:
-                        os.environ[PERSISTENT_ENV] = saved
         both()
         timer.sync()
         diff = _bench_diff(torch, results(), outs, grads, prob, block)
@@ -718,9 +712,6 @@ def bench_size(torch, module, alloc, timer, device, precision, mode, T, B, I, H,
         log(format_bench_row(row))
     return rows
 
-
-# The CudnnRNN engine's test-only switch: "0" makes the forward recurrence run per step.
-PERSISTENT_ENV = "TF_LSTM_OPS_RNN_PERSISTENT"
 
 BENCH_HEADER = ("%-5s %-16s %4s %4s %5s %5s | %9s %9s %8s | %9s %9s %8s | %6s %6s | %s" % (
     "prec", "engine", "T", "B", "I", "H", "fwd ms", "f+b ms", "GFLOP/s", "torch fwd", "torch f+b",
