@@ -17,11 +17,12 @@
 // Nothing allocates: every temporary comes from one caller-provided scratch block, carved by the
 // same Carve* function that reports its size. Nothing uses atomics: results are deterministic.
 //
-// Precision (as on the CPU): A = Acc<T> is float for __half/__nv_bfloat16/float and double for
-// double. GEMMs accumulate in A; 16-bit operands that are both storage values (x, W, the stored
-// h) go to cuBLAS as they are, anything meeting dgates (kept in A) is converted to A in scratch.
-// The state the next step multiplies is the stored h (rounded to T), as on the CPU. Each output
-// is rounded to T once.
+// Precision: A = Acc<T> is float for __half/__nv_bfloat16/float and double for double. Every
+// GEMM takes storage-type operands and accumulates in A (16-bit: tensor cores): x, W and the h
+// sequence as stored and, in backward, dgates rounded to T once (as cuDNN; the CPU rounds them
+// only for bfloat16's dx and dW). The element-wise math, the carried dh/dcs, db and the peephole
+// gradients stay in A. The state the next step multiplies is the stored h (rounded to T), as on
+// the CPU. Each output is rounded to T once.
 #ifndef TF_LSTM_OPS_CC_GPU_LSTM_ENGINE_H_
 #define TF_LSTM_OPS_CC_GPU_LSTM_ENGINE_H_
 
@@ -243,16 +244,15 @@ struct LstmEngine {
 
   struct BackwardScratch {
     void* blas = nullptr;
-    A* w = nullptr;       // [I+H, 4H] W in A (16-bit only)
-    A* dgates = nullptr;  // [L·B, 4H]
-    A* dc = nullptr;      // [B, H] carried dcs
-    A* dh = nullptr;      // [B, H] carried dh
-    A* x = nullptr;       // [L·B, I] x in A, then dx (16-bit only)
-    A* h = nullptr;       // [L·B, H] [h_prev; h_0..h_{L-2}] in A (16-bit only)
-    A* dw = nullptr;      // [I+H, 4H] (16-bit only)
-    A* db = nullptr;      // [4H] (16-bit only)
-    A* ones = nullptr;    // [L·B]
-    A* partial = nullptr; // [chunks, 3H] (use_peephole only)
+    A* dgates = nullptr;     // [L·B, 4H]
+    T* dgates_lo = nullptr;  // [L·B, 4H] dgates rounded to T, the GEMMs' operand (16-bit only)
+    A* dc = nullptr;         // [B, H] carried dcs
+    A* dh = nullptr;         // [B, H] carried dh
+    A* dx = nullptr;         // [L·B, I] dx before rounding (16-bit only)
+    A* dw = nullptr;         // [I+H, 4H] (16-bit only)
+    A* db = nullptr;         // [4H] (16-bit only)
+    A* ones = nullptr;       // [L·B]
+    A* partial = nullptr;    // [chunks, 3H] (use_peephole only)
   };
   static BackwardScratch CarveBackward(ScratchCarver& c, const LstmDims& d, const LstmAttrs& at,
                                        int64_t L) {
@@ -265,9 +265,8 @@ struct LstmEngine {
     s.dh = c.Take<A>(B * H);
     s.ones = c.Take<A>(rows);
     if (kConvert) {
-      s.w = c.Take<A>((I + H) * G);
-      s.x = c.Take<A>(rows * I);
-      s.h = c.Take<A>(rows * H);
+      s.dgates_lo = c.Take<T>(rows * G);
+      s.dx = c.Take<A>(rows * I);
       s.dw = c.Take<A>((I + H) * G);
       s.db = c.Take<A>(G);
     }
@@ -388,10 +387,10 @@ struct LstmEngine {
     ScratchCarver carver(scratch);
     const BackwardScratch s = CarveBackward(carver, d, at, L);
     be.SetBlasWorkspace(s.blas);
-    const A* w;
-    TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, in.w, (I + H) * G, s.w, &w));
-    const A* w_x = w;
-    const A* w_h = w + I * G;
+    // GEMM operands in T (see Precision above); db and the peepholes sum the A dgates.
+    const T* w_x = in.w;          // rows [0, I) multiply x
+    const T* w_h = in.w + I * G;  // rows [I, I+H) multiply h
+    const T* dgates = GemmDgates(s);
 
     // Reverse sweep: only the element-wise step and dgates_t·Whᵀ are on the sequential path.
     // Nothing is carried into the last step (nullptr carries read as zero).
@@ -401,7 +400,6 @@ struct LstmEngine {
     for (int64_t t = L - 1; t >= 0; --t) {
       const T* cs_prev = t == 0 ? in.cs_prev : act.cs + (t - 1) * step;
       const bool first = t == L - 1;
-      A* dgates_t = s.dgates + t * B * G;
       TF_LSTM_GPU_RETURN_IF_ERROR(
           WithFlags(at.use_peephole, direct, [&](auto peephole, auto direct_c) {
             return be.ForEach(
@@ -409,44 +407,32 @@ struct LstmEngine {
                 lstm::BackwardStepFn<T, A, decltype(peephole)::value, decltype(direct_c)::value>{
                     H, blk, in.wci, in.wcf, in.wco, AtStep(act, t, step), cs_prev,
                     AtStep(og, t, step), first ? nullptr : s.dc, first ? nullptr : s.dh,
-                    dgates_t, s.dc, nullptr, nullptr});
+                    s.dgates + t * B * G, s.dc, s.dgates_lo ? s.dgates_lo + t * B * G : nullptr,
+                    nullptr});
           }));
-      TF_LSTM_GPU_RETURN_IF_ERROR(Gemm(be, false, true, B, H, G, dgates_t, w_h, false, s.dh));
+      TF_LSTM_GPU_RETURN_IF_ERROR(
+          Gemm(be, false, true, B, H, G, dgates + t * B * G, w_h, false, s.dh));
     }
     TF_LSTM_GPU_RETURN_IF_ERROR(Convert(be, static_cast<const A*>(s.dc), grads.cs_prev, step));
     TF_LSTM_GPU_RETURN_IF_ERROR(Convert(be, static_cast<const A*>(s.dh), grads.h_prev, step));
 
     // Whole-sequence products: dWx = xᵀ·dgates, dWh = [h_prev; h_0..h_{L-2}]ᵀ·dgates,
-    // dx = dgates·Wxᵀ, db = 1ᵀ·dgates.
+    // dx = dgates·Wxᵀ, db = 1ᵀ·dgates (16-bit: into A scratch, rounded below).
     A* dw = OutOrScratch(grads.w, s.dw);
     A* dw_h = dw + I * G;
+    A* dx = OutOrScratch(grads.x, s.dx);
     A* db = OutOrScratch(grads.b, s.db);
-    if constexpr (kConvert) {
-      // x and the h sequence in A; [h_prev; h_0..h_{L-2}] is contiguous here: one GEMM.
-      TF_LSTM_GPU_RETURN_IF_ERROR(Convert(be, in.x, s.x, rows * I));
-      TF_LSTM_GPU_RETURN_IF_ERROR(Gemm(be, true, false, I, G, rows, static_cast<const A*>(s.x),
-                                       static_cast<const A*>(s.dgates), false, dw));
-      TF_LSTM_GPU_RETURN_IF_ERROR(Convert(be, in.h_prev, s.h, step));
-      TF_LSTM_GPU_RETURN_IF_ERROR(Convert(be, act.h, s.h + step, (L - 1) * step));
-      TF_LSTM_GPU_RETURN_IF_ERROR(Gemm(be, true, false, H, G, rows, static_cast<const A*>(s.h),
-                                       static_cast<const A*>(s.dgates), false, dw_h));
-      // dx reuses the staging of x (no longer needed), then is rounded into x_grad.
-      TF_LSTM_GPU_RETURN_IF_ERROR(Gemm(be, false, true, rows, I, G,
-                                       static_cast<const A*>(s.dgates), w_x, false, s.x));
-      TF_LSTM_GPU_RETURN_IF_ERROR(Convert(be, static_cast<const A*>(s.x), grads.x, rows * I));
-    } else {
-      const A* dgates = s.dgates;
-      TF_LSTM_GPU_RETURN_IF_ERROR(Gemm(be, true, false, I, G, rows, in.x, dgates, false, dw));
-      TF_LSTM_GPU_RETURN_IF_ERROR(Gemm(be, true, false, H, G, B, in.h_prev, dgates, false, dw_h));
-      TF_LSTM_GPU_RETURN_IF_ERROR(
-          Gemm(be, true, false, H, G, (L - 1) * B, act.h, dgates + B * G, true, dw_h));
-      TF_LSTM_GPU_RETURN_IF_ERROR(Gemm(be, false, true, rows, I, G, dgates, w_x, false, grads.x));
-    }
+    TF_LSTM_GPU_RETURN_IF_ERROR(Gemm(be, true, false, I, G, rows, in.x, dgates, false, dw));
+    TF_LSTM_GPU_RETURN_IF_ERROR(Gemm(be, true, false, H, G, B, in.h_prev, dgates, false, dw_h));
+    TF_LSTM_GPU_RETURN_IF_ERROR(
+        Gemm(be, true, false, H, G, (L - 1) * B, act.h, dgates + B * G, true, dw_h));
+    TF_LSTM_GPU_RETURN_IF_ERROR(Gemm(be, false, true, rows, I, G, dgates, w_x, false, dx));
     // db as a GEMM with a ones vector: deterministic, no atomics.
     TF_LSTM_GPU_RETURN_IF_ERROR(Fill(be, s.ones, rows, A(1)));
     TF_LSTM_GPU_RETURN_IF_ERROR(Gemm(be, false, false, 1, G, rows, static_cast<const A*>(s.ones),
                                      static_cast<const A*>(s.dgates), false, db));
     if constexpr (kConvert) {
+      TF_LSTM_GPU_RETURN_IF_ERROR(Convert(be, static_cast<const A*>(s.dx), grads.x, rows * I));
       TF_LSTM_GPU_RETURN_IF_ERROR(Convert(be, static_cast<const A*>(s.dw), grads.w, (I + H) * G));
       TF_LSTM_GPU_RETURN_IF_ERROR(Convert(be, static_cast<const A*>(s.db), grads.b, G));
     }
@@ -515,6 +501,15 @@ struct LstmEngine {
     TF_LSTM_GPU_RETURN_IF_ERROR(Fill(be, wci, H, zero));
     TF_LSTM_GPU_RETURN_IF_ERROR(Fill(be, wcf, H, zero));
     return Fill(be, wco, H, zero);
+  }
+
+  // The dgates the GEMMs read: the A array itself when T == A, else its copy rounded to T.
+  static const T* GemmDgates(const BackwardScratch& s) {
+    if constexpr (kConvert) {
+      return s.dgates_lo;
+    } else {
+      return s.dgates;
+    }
   }
 
   // The output itself when T == A (written in place), else the A scratch.
