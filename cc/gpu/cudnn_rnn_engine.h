@@ -12,7 +12,8 @@
 // GEMM for dL/dh_prev per step (LSTMP: a second small kernel and the projection GEMM), then dW,
 // dR, dPmat, dx and the biases as whole-sequence GEMMs (the biases as GEMMs with a ones vector:
 // deterministic, no atomics anywhere). Everything is computed in Acc<T> (float, or double for
-// double): params, inputs and states are converted once, and the outputs rounded once.
+// double): params, inputs and states are converted once, and the outputs rounded once; with
+// 16-bit storage the GEMMs multiply 16-bit operands instead (LoOperands).
 // Small batches without a projection run the forward recurrence instead as one persistent
 // launch per pseudo-layer (PersistentForwardFn, PlanPersistent: R on chip for every step), when
 // it fits on the device; backward is always per step.
@@ -196,8 +197,9 @@ struct ProjSelectFn {
 // h passes from step to step through the workspace (global memory), behind the grid barrier.
 // Shared memory, in A: the R rows [gates*U][H+1], h_prev [B][H+1] (the odd row stride keeps
 // threads that read different rows at the same k on different banks), the partial sums
-// [B*gates*U][S].
-template <typename A, typename Math>
+// [B*gates*U][S]. With round_h (RnnEngine::LoOperands) h_prev is staged rounded to the storage
+// type T, the operand the per-step path's 16-bit GEMM multiplies.
+template <typename T, typename A, typename Math>
 struct PersistentForwardFn {
   static constexpr int kParts = 4;
   static constexpr int64_t kMaxSplits = 32;
@@ -208,6 +210,7 @@ struct PersistentForwardFn {
   int64_t gates_per_unit, units, threads;  // gates of the mode (4, 3, 1), U, block size
   RnnMode mode;
   int64_t splits;  // S = Splits(batch * gates_per_unit * units, threads)
+  bool round_h;
 
   // The largest power of two up to kMaxSplits that gives every (output, split) its own thread.
   static int64_t Splits(int64_t outputs, int64_t threads) {
@@ -240,7 +243,10 @@ struct PersistentForwardFn {
         }
       }
       for (int64_t b = 0; b < batch; ++b) {
-        for (int64_t k = thread; k < H; k += threads) h_shared[b * ld + k] = h_prev[b * H + k];
+        for (int64_t k = thread; k < H; k += threads) {
+          const A v = h_prev[b * H + k];
+          h_shared[b * ld + k] = round_h ? Cast<A>(Cast<T>(v)) : v;
+        }
       }
     } else if (part == 1) {
       for (int64_t i = thread; i < batch * rows * splits; i += threads) {
@@ -496,6 +502,40 @@ struct ScaleByFn {  // x[k] *= mask[k] (dropout backward)
   TF_LSTM_HOST_DEVICE void operator()(int64_t k) const { x[k] = x[k] * mask[k]; }
 };
 
+// ---- 16-bit GEMM operands (RnnEngine::LoOperands) ---------------------------------------------
+
+// A forward step functor over [B, H] (Hr == H), then the state it wrote rounded to T: the next
+// step's GEMM operand. Element i writes h[i] in every mode.
+template <typename Step, typename A, typename T>
+struct MirrorStateFn {
+  Step step;
+  const A* h;  // [B, H]: the step's h_out
+  T* h_lo;     // [B, H]
+  TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
+    step(i);
+    h_lo[i] = Cast<T>(h[i]);
+  }
+};
+
+// A backward step functor over [B, H], then the gate gradients it wrote (element b*H + j writes
+// [b, g*H + j] for every gate g) rounded to T; GRU's recurrent-side ones too (dgh != nullptr).
+template <typename Back, typename A, typename T>
+struct MirrorGatesFn {
+  Back back;
+  const A *dgx, *dgh;  // row t [B, G]
+  T *dgx_lo, *dgh_lo;  // row t [B, G]
+  int64_t H, gates;
+  TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
+    back(i);
+    const int64_t b = i / H, j = i % H;
+    for (int64_t g = 0; g < gates; ++g) {
+      const int64_t k = (b * gates + g) * H + j;
+      dgx_lo[k] = Cast<T>(dgx[k]);
+      if (dgh != nullptr) dgh_lo[k] = Cast<T>(dgh[k]);
+    }
+  }
+};
+
 }  // namespace rnn_detail
 
 template <typename Backend, typename T>
@@ -505,11 +545,24 @@ struct RnnEngine {
   using Math = MathFor<T>;
   static constexpr bool kSame = std::is_same_v<T, A>;
 
+  // With 16-bit storage the GEMMs take 16-bit operands and accumulate in float (tensor cores, as
+  // cuDNN): params and layer 0's input as given; later layers' inputs, the recurrent h and the
+  // gate gradients rounded to T once (the kernels that write them write the T copy too). The
+  // element-wise math, the saved states and the bias sums stay in float. Not with a projection
+  // (fp32 GEMMs there), nor for rnn_relu: relu's derivative jumps at 0, so rounding operands
+  // flips the gradient of elements whose pre-activation is near 0 by O(1) (seen on an H100 with
+  // TF32-rounded operands: a 2-layer bfloat16 model's dx off by 0.96 against the float64
+  // reference); it keeps fp32 GEMMs.
+  static bool LoOperands(const RnnModel& m) {
+    return !kSame && !m.has_proj() && m.mode != RnnMode::kRnnRelu;
+  }
+
   // ---- scratch -------------------------------------------------------------------------------
 
   struct ForwardBuffers {
     A *params, *x, *h0, *c0;  // compute-type copies (unused when T == A and time-major)
     A *xw, *rec, *y, *m_buf, *proj_buf;
+    T *x_lo, *h_lo;  // LoOperands: a layer's input [T·B, width]; h of the last two steps
     int32_t* len;
     void* blas;
   };
@@ -533,6 +586,9 @@ struct RnnEngine {
     f.y = s.Take<A>(kSame && run.time_major ? 0 : rows * m.num_dirs * Hr);
     f.m_buf = s.Take<A>(m.has_proj() ? B * H : 0);
     f.proj_buf = s.Take<A>(m.has_proj() && run.seq_lengths != nullptr ? B * Hr : 0);
+    const bool lo = LoOperands(m);
+    f.x_lo = s.Take<T>(lo ? rows * std::max(m.input_size, m.num_dirs * Hr) : 0);
+    f.h_lo = s.Take<T>(lo ? 2 * B * H : 0);
     *bytes = s.Bytes();
     return f;
   }
@@ -542,6 +598,7 @@ struct RnnEngine {
     A *params, *x, *h0, *c0, *dy, *dhT, *dcT;
     A *dparams, *dgx, *dgh, *dh_total, *m_seq, *dm, *carry, *direct, *h_prev_seq;
     A *dx[2], *dh, *dc, *ones;
+    T *x_lo, *dgx_lo, *dgh_lo, *h_prev_lo;  // LoOperands: T copies of x, dgx, dgh, h_prev_seq
     void* blas;
   };
 
@@ -578,6 +635,11 @@ struct RnnEngine {
     b.dh = s.Take<A>(B * Hr);
     b.dc = s.Take<A>(lstm ? B * H : 0);
     b.ones = s.Take<A>(rows);
+    const bool lo = LoOperands(m);
+    b.x_lo = s.Take<T>(lo ? rows * max_in : 0);
+    b.dgx_lo = s.Take<T>(lo ? rows * G : 0);
+    b.dgh_lo = gru ? s.Take<T>(lo ? rows * G : 0) : b.dgx_lo;
+    b.h_prev_lo = s.Take<T>(lo ? rows * Hr : 0);
     *bytes = s.Bytes();
     return b;
   }
@@ -613,6 +675,23 @@ struct RnnEngine {
                       rnn_detail::TimeToBatchMajorFn<A, T>{src, dst, run.time, run.batch, n});
   }
 
+  // Layer l's input [T·B, width] in T for LoOperands' GEMMs: layer 0's as given (time-major)
+  // or transposed, a later layer's (the workspace copy, after dropout) rounded.
+  static cudaError_t LayerInputLo(Backend& be, const RnnRun& run, int64_t l, int64_t width,
+                                  const T* input, const A* ws_input, T* staging, const T** out) {
+    const int64_t n = run.time * run.batch * width;
+    if (l == 0 && run.time_major) {
+      *out = input;
+      return cudaSuccess;
+    }
+    *out = staging;
+    if (l == 0) {
+      return be.ForEach(
+          n, rnn_detail::BatchToTimeMajorFn<T, T>{input, staging, run.time, run.batch, width});
+    }
+    return Convert(be, ws_input, staging, n);
+  }
+
   static cudaError_t UploadLengths(Backend& be, const RnnRun& run, int32_t* len) {
     if (run.seq_lengths != nullptr) return Upload(be, run.seq_lengths, len, run.batch);
     return Fill(be, len, run.batch, static_cast<int32_t>(run.time));
@@ -630,7 +709,7 @@ struct RnnEngine {
   // always runs per step.
   static constexpr int64_t kPersistentMaxBatch = 16;
   static constexpr int kPersistentThreads = 256;
-  using PersistentFn = rnn_detail::PersistentForwardFn<A, Math>;
+  using PersistentFn = rnn_detail::PersistentForwardFn<T, A, Math>;
 
   // The persistent launch's grid: `blocks` blocks of `units_per_block` hidden units each
   // (blocks == 0: the per-step path); rnn_gpu.h's RnnForwardPath, which reports it.
@@ -677,7 +756,8 @@ struct RnnEngine {
     const PersistentFn fn{pl.r,      f.xw,      pl.bias_w,   pl.bias_r, pl.h0,
                           pl.c0,     pl.h,      pl.c,        pl.gates,  f.rec,
                           len,       run.time,  run.batch,   m.num_units, pl.dir,
-                          m.gates(), plan.units_per_block, kPersistentThreads, m.mode, splits};
+                          m.gates(), plan.units_per_block, kPersistentThreads, m.mode, splits,
+                          LoOperands(m)};
     return be.Persistent(plan.blocks, kPersistentThreads, plan.shared_bytes, run.time,
                          PersistentFn::kParts, fn);
   }
@@ -685,9 +765,12 @@ struct RnnEngine {
   // ---- forward -------------------------------------------------------------------------------
 
   // The recurrence of ForwardLayer, a GEMM (R·h) and a fused element-wise kernel per step.
+  // LoOperands: r_lo is R in T and h0_lo the initial state in T; each step's kernel also
+  // writes its h in T (f.h_lo, two alternating rows) for the next step's GEMM.
   static cudaError_t ForwardRecurrencePerStep(Backend& be, const RnnModel& m, const RnnRun& run,
                                               const Layer& pl, const int32_t* len,
-                                              const ForwardBuffers& f) {
+                                              const ForwardBuffers& f, const T* r_lo,
+                                              const T* h0_lo) {
     using namespace rnn_detail;  // NOLINT
     const int64_t T_ = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
     const int64_t G = m.gate_width();
@@ -698,12 +781,25 @@ struct RnnEngine {
       A* h_out = pl.h + t * B * Hr;
       const A* xw_t = f.xw + t * B * G;
       A* saved = pl.gates + t * B * kSavedGates * H;
-      TF_LSTM_GPU_RETURN_IF_ERROR(Gemm(be, false, true, B, G, Hr, h_prev, pl.r, false, f.rec));
+      T* h_lo = nullptr;
+      if (r_lo != nullptr) {
+        const T* h_prev_lo = step == 0 ? h0_lo : f.h_lo + ((step - 1) & 1) * B * H;
+        TF_LSTM_GPU_RETURN_IF_ERROR(Gemm(be, false, true, B, G, H, h_prev_lo, r_lo, false, f.rec));
+        h_lo = f.h_lo + (step & 1) * B * H;
+      } else {
+        TF_LSTM_GPU_RETURN_IF_ERROR(Gemm(be, false, true, B, G, Hr, h_prev, pl.r, false, f.rec));
+      }
+      // The step's kernel, mirroring its h into h_lo when there is one.
+      auto launch = [&](const auto& fn) {
+        using Fn = std::decay_t<decltype(fn)>;
+        if (h_lo != nullptr) return be.ForEach(B * H, MirrorStateFn<Fn, A, T>{fn, h_out, h_lo});
+        return be.ForEach(B * H, fn);
+      };
       switch (m.mode) {
         case RnnMode::kLstm: {
           A* m_out = m.has_proj() ? f.m_buf : h_out;
-          TF_LSTM_GPU_RETURN_IF_ERROR(be.ForEach(
-              B * H, LstmStepFn<A, Math>{xw_t, f.rec, pl.bias_w, pl.bias_r, h_prev,
+          TF_LSTM_GPU_RETURN_IF_ERROR(
+              launch(LstmStepFn<A, Math>{xw_t, f.rec, pl.bias_w, pl.bias_r, h_prev,
                                          pl.c_before(step, T_, B), h_out, pl.c + t * B * H,
                                          m_out, saved, len, t, H, Hr}));
           if (m.has_proj()) {  // h = Pmat·m for the rows that ran
@@ -718,30 +814,33 @@ struct RnnEngine {
           break;
         }
         case RnnMode::kGru:
-          TF_LSTM_GPU_RETURN_IF_ERROR(be.ForEach(
-              B * H, GruStepFn<A, Math>{xw_t, f.rec, pl.bias_w, pl.bias_r, h_prev, h_out, saved,
-                                        len, t, H}));
+          TF_LSTM_GPU_RETURN_IF_ERROR(launch(GruStepFn<A, Math>{
+              xw_t, f.rec, pl.bias_w, pl.bias_r, h_prev, h_out, saved, len, t, H}));
           break;
         default:
-          TF_LSTM_GPU_RETURN_IF_ERROR(be.ForEach(
-              B * H, SimpleStepFn<A, Math>{xw_t, f.rec, pl.bias_w, pl.bias_r, h_prev, h_out, len,
-                                           t, H, m.mode == RnnMode::kRnnRelu}));
+          TF_LSTM_GPU_RETURN_IF_ERROR(launch(SimpleStepFn<A, Math>{
+              xw_t, f.rec, pl.bias_w, pl.bias_r, h_prev, h_out, len, t, H,
+              m.mode == RnnMode::kRnnRelu}));
       }
     }
     return cudaSuccess;
   }
 
+  // x_lo, params, h0_lo: LoOperands' layer input, params and this pseudo-layer's initial state
+  // in T (nullptr otherwise).
   static cudaError_t ForwardLayer(Backend& be, const RnnModel& m, const RnnRun& run,
                                   const PersistentPlan& plan, const Layer& pl,
                                   const int32_t* len, const A* x, const ForwardBuffers& f,
-                                  A* y) {
+                                  A* y, const T* x_lo, const T* params, const T* h0_lo) {
     using namespace rnn_detail;  // NOLINT
     const int64_t T_ = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
     const int64_t G = m.gate_width(), D = m.num_dirs, rows = T_ * B;
+    const bool lo = LoOperands(m);
     // Input projection of every step: one GEMM (or the skip-input broadcast).
     if (!m.skips(pl.layer)) {
       TF_LSTM_GPU_RETURN_IF_ERROR(
-          Gemm(be, false, true, rows, G, pl.in_width, x, pl.w, false, f.xw));
+          lo ? Gemm(be, false, true, rows, G, pl.in_width, x_lo, params + pl.reg.w, false, f.xw)
+             : Gemm(be, false, true, rows, G, pl.in_width, x, pl.w, false, f.xw));
     } else {
       TF_LSTM_GPU_RETURN_IF_ERROR(be.ForEach(rows * G, SkipProjectionFn<A>{x, f.xw, H, G}));
     }
@@ -749,7 +848,8 @@ struct RnnEngine {
     cudaError_t status = cudaErrorCooperativeLaunchTooLarge;
     if (plan.blocks > 0) status = ForwardRecurrencePersistent(be, m, run, plan, pl, len, f);
     if (status == cudaErrorCooperativeLaunchTooLarge) {
-      status = ForwardRecurrencePerStep(be, m, run, pl, len, f);
+      status = ForwardRecurrencePerStep(be, m, run, pl, len, f, lo ? params + pl.reg.r : nullptr,
+                                        h0_lo);
     }
     TF_LSTM_GPU_RETURN_IF_ERROR(status);
     // This direction's half of the layer output.
@@ -789,8 +889,14 @@ struct RnnEngine {
     TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, input_h, LD * B * Hr, f.h0, &h0));
     if (lstm) TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, input_c, LD * B * H, f.c0, &c0));
 
+    const bool lo = LoOperands(m);
     for (int64_t l = 0; l < m.num_layers; ++l) {
       const A* x = l == 0 ? x0 : ws + lay.input(l);
+      const T* x_lo = nullptr;
+      if (lo && !m.skips(l)) {
+        TF_LSTM_GPU_RETURN_IF_ERROR(
+            LayerInputLo(be, run, l, m.layer_input(l), input, x, f.x_lo, &x_lo));
+      }
       // Earlier layers write their output straight into the next layer's input (then dropped
       // out in place); the last one into `output` itself when it is time-major and T == A.
       const bool last = l + 1 == m.num_layers;
@@ -805,7 +911,8 @@ struct RnnEngine {
       for (int64_t dir = 0; dir < D; ++dir) {
         const int64_t p = l * D + dir;
         const Layer pl(m, p, P, ws, lay, h0, c0, B);
-        TF_LSTM_GPU_RETURN_IF_ERROR(ForwardLayer(be, m, run, plan, pl, f.len, x, f, y));
+        TF_LSTM_GPU_RETURN_IF_ERROR(ForwardLayer(be, m, run, plan, pl, f.len, x, f, y, x_lo,
+                                                 params, lo ? input_h + p * B * Hr : nullptr));
         // Final state: after the last processed step (rows past their end held it there).
         const int64_t t_last = TimeOf(dir, T_ - 1, T_);
         TF_LSTM_GPU_RETURN_IF_ERROR(
@@ -833,15 +940,17 @@ struct RnnEngine {
 
   // One pseudo-layer: consumes dy (its direction's half) and dh/dc (initialised with the final
   // state gradients), writes its params gradients, input_h/c_backprop, and adds dL/dx to dx.
+  // x_lo, params: LoOperands' layer input and params in T (else unused).
   static cudaError_t BackwardLayer(Backend& be, const RnnModel& m, const RnnRun& run,
                                    const Layer& pl, const BackwardBuffers& s, const A* x,
                                    const A* dy, A* dparams, A* dx, T* input_h_backprop,
-                                   T* input_c_backprop) {
+                                   T* input_c_backprop, const T* x_lo, const T* params) {
     using namespace rnn_detail;  // NOLINT
     const int64_t T_ = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
     const int64_t G = m.gate_width(), D = m.num_dirs, rows = T_ * B, DHr = D * Hr;
     const bool lstm = m.mode == RnnMode::kLstm, gru = m.mode == RnnMode::kGru;
     const bool relu = m.mode == RnnMode::kRnnRelu;
+    const bool lo = LoOperands(m);
     const int32_t* len = s.len;
     TF_LSTM_GPU_RETURN_IF_ERROR(
         be.ForEach(rows * Hr, PrevStateFn<A>{pl.h0, pl.h, s.h_prev_seq, T_, B * Hr, pl.dir}));
@@ -851,6 +960,16 @@ struct RnnEngine {
       const A* dy_t = dy + t * B * DHr + pl.dir * Hr;
       A* dgx_t = s.dgx + t * B * G;
       A* dgh_t = s.dgh + t * B * G;
+      // The step's kernel, mirroring its gate gradients into T when lo.
+      auto launch = [&](const auto& fn) {
+        using Fn = std::decay_t<decltype(fn)>;
+        if (lo) {
+          return be.ForEach(B * H, MirrorGatesFn<Fn, A, T>{fn, dgx_t, gru ? dgh_t : nullptr,
+                                                           s.dgx_lo + t * B * G,
+                                                           s.dgh_lo + t * B * G, H, m.gates()});
+        }
+        return be.ForEach(B * H, fn);
+      };
       if (lstm) {
         const A* dm = nullptr;
         A* m_seq = nullptr;
@@ -862,21 +981,24 @@ struct RnnEngine {
           dm = s.dm;
           m_seq = s.m_seq + t * B * H;
         }
-        TF_LSTM_GPU_RETURN_IF_ERROR(be.ForEach(
-            B * H, LstmBackFn<A, Math>{carry, dy_t, dm, pl.gates + t * B * kSavedGates * H,
+        TF_LSTM_GPU_RETURN_IF_ERROR(
+            launch(LstmBackFn<A, Math>{carry, dy_t, dm, pl.gates + t * B * kSavedGates * H,
                                        pl.c + t * B * H, pl.c_before(step, T_, B), s.dc,
                                        dgx_t, m_seq, len, t, H, DHr}));
       } else if (gru) {
-        TF_LSTM_GPU_RETURN_IF_ERROR(be.ForEach(
-            B * H, GruBackFn<A>{carry, dy_t, pl.gates + t * B * kSavedGates * H,
+        TF_LSTM_GPU_RETURN_IF_ERROR(
+            launch(GruBackFn<A>{carry, dy_t, pl.gates + t * B * kSavedGates * H,
                                 s.h_prev_seq + t * B * Hr, dgx_t, dgh_t, s.direct, len, t, H,
                                 DHr}));
       } else {
-        TF_LSTM_GPU_RETURN_IF_ERROR(be.ForEach(
-            B * H, SimpleBackFn<A>{carry, dy_t, pl.h + t * B * Hr, dgx_t, len, t, H, DHr, relu}));
+        TF_LSTM_GPU_RETURN_IF_ERROR(launch(
+            SimpleBackFn<A>{carry, dy_t, pl.h + t * B * Hr, dgx_t, len, t, H, DHr, relu}));
       }
       // R^T through the recurrent-side gate gradients: the next step's carried gradient.
-      TF_LSTM_GPU_RETURN_IF_ERROR(Gemm(be, false, false, B, Hr, G, dgh_t, pl.r, false, s.carry));
+      TF_LSTM_GPU_RETURN_IF_ERROR(
+          lo ? Gemm(be, false, false, B, Hr, G, s.dgh_lo + t * B * G, params + pl.reg.r, false,
+                    s.carry)
+             : Gemm(be, false, false, B, Hr, G, dgh_t, pl.r, false, s.carry));
     }
     // The gradient left after the first step is input_h_backprop; dc likewise.
     const Carry<A> last{s.dh, s.carry, s.direct, TimeOf(pl.dir, 0, T_), true};
@@ -888,16 +1010,32 @@ struct RnnEngine {
     }
     // Whole-sequence products.
     if (!m.skips(pl.layer)) {
-      TF_LSTM_GPU_RETURN_IF_ERROR(
-          Gemm(be, true, false, G, pl.in_width, rows, s.dgx, x, false, dparams + pl.reg.w));
-      TF_LSTM_GPU_RETURN_IF_ERROR(
-          Gemm(be, false, false, rows, pl.in_width, G, s.dgx, pl.w, pl.dir > 0, dx));
+      if (lo) {
+        const T* w_lo = params + pl.reg.w;
+        TF_LSTM_GPU_RETURN_IF_ERROR(Gemm(be, true, false, G, pl.in_width, rows, s.dgx_lo, x_lo,
+                                         false, dparams + pl.reg.w));
+        TF_LSTM_GPU_RETURN_IF_ERROR(
+            Gemm(be, false, false, rows, pl.in_width, G, s.dgx_lo, w_lo, pl.dir > 0, dx));
+      } else {
+        TF_LSTM_GPU_RETURN_IF_ERROR(
+            Gemm(be, true, false, G, pl.in_width, rows, s.dgx, x, false, dparams + pl.reg.w));
+        TF_LSTM_GPU_RETURN_IF_ERROR(
+            Gemm(be, false, false, rows, pl.in_width, G, s.dgx, pl.w, pl.dir > 0, dx));
+      }
     } else {  // skip input: x was added to every gate
       TF_LSTM_GPU_RETURN_IF_ERROR(be.ForEach(
           rows * H, SkipDxFn<A>{s.dgx, dx, H, G, m.gates(), pl.dir > 0}));
     }
-    TF_LSTM_GPU_RETURN_IF_ERROR(
-        Gemm(be, true, false, G, Hr, rows, s.dgh, s.h_prev_seq, false, dparams + pl.reg.r));
+    if (lo) {
+      TF_LSTM_GPU_RETURN_IF_ERROR(Convert(be, static_cast<const A*>(s.h_prev_seq), s.h_prev_lo,
+                                          rows * Hr));
+      TF_LSTM_GPU_RETURN_IF_ERROR(Gemm(be, true, false, G, Hr, rows, s.dgh_lo,
+                                       static_cast<const T*>(s.h_prev_lo), false,
+                                       dparams + pl.reg.r));
+    } else {
+      TF_LSTM_GPU_RETURN_IF_ERROR(
+          Gemm(be, true, false, G, Hr, rows, s.dgh, s.h_prev_seq, false, dparams + pl.reg.r));
+    }
     if (m.has_proj()) {
       TF_LSTM_GPU_RETURN_IF_ERROR(
           Gemm(be, true, false, Hr, H, rows, s.dh_total, s.m_seq, false, dparams + pl.reg.proj));
@@ -960,8 +1098,14 @@ struct RnnEngine {
 
       const A* dy = dy_top;
       int cur = 0;
+      const bool lo = LoOperands(m);
       for (int64_t l = m.num_layers - 1; l >= 0; --l) {
         const A* x = l == 0 ? x0 : ws + lay.input(l);
+        const T* x_lo = nullptr;
+        if (lo && !m.skips(l)) {
+          TF_LSTM_GPU_RETURN_IF_ERROR(
+              LayerInputLo(be, run, l, m.layer_input(l), input, x, s.x_lo, &x_lo));
+        }
         A* dx = s.dx[cur];
         if constexpr (kSame) {
           if (l == 0 && run.time_major) dx = input_backprop;  // straight into the output
@@ -972,7 +1116,8 @@ struct RnnEngine {
           TF_LSTM_GPU_RETURN_IF_ERROR(be.Copy(s.dh, dhT + p * B * Hr, B * Hr * sizeof(A)));
           if (lstm) TF_LSTM_GPU_RETURN_IF_ERROR(be.Copy(s.dc, dcT + p * B * H, B * H * sizeof(A)));
           TF_LSTM_GPU_RETURN_IF_ERROR(BackwardLayer(be, m, run, pl, s, x, dy, dparams, dx,
-                                                    input_h_backprop, input_c_backprop));
+                                                    input_h_backprop, input_c_backprop, x_lo,
+                                                    params));
         }
         if (l > 0) {  // through the dropout between layers l-1 and l (in place)
           if (expected.dropout != 0) {
