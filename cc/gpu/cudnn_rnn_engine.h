@@ -547,7 +547,8 @@ struct RnnEngine {
 
   // With 16-bit storage the GEMMs take 16-bit operands and accumulate in float (tensor cores, as
   // cuDNN): params and layer 0's input as given; later layers' inputs, the recurrent h and the
-  // gate gradients rounded to T once (the kernels that write them write the T copy too). The
+  // gate gradients rounded to T once (h and the gate gradients by the step kernels that write
+  // them, MirrorStateFn / MirrorGatesFn; inputs and h_prev_seq by a pass each). The
   // element-wise math, the saved states and the bias sums stay in float. Not with a projection
   // (fp32 GEMMs there), nor for rnn_relu: relu's derivative jumps at 0, so rounding operands
   // flips the gradient of elements whose pre-activation is near 0 by O(1) (seen on an H100 with
@@ -556,11 +557,14 @@ struct RnnEngine {
   static bool LoOperands(const RnnModel& m) {
     return !kSame && !m.has_proj() && m.mode != RnnMode::kRnnRelu;
   }
+  // Whether layer 0's input is used in A: not under LoOperands, unless layer 0 skips its input.
+  static bool Layer0InputInA(const RnnModel& m) { return !LoOperands(m) || m.skips(0); }
 
   // ---- scratch -------------------------------------------------------------------------------
 
   struct ForwardBuffers {
-    A *params, *x, *h0, *c0;  // compute-type copies (unused when T == A and time-major)
+    A *params, *x, *h0, *c0;  // compute-type copies (x: none when T == A and time-major, or
+                              // when !Layer0InputInA)
     A *xw, *rec, *y, *m_buf, *proj_buf;
     T *x_lo, *h_lo;  // LoOperands: a layer's input [T·B, width]; h of the last two steps
     int32_t* len;
@@ -577,7 +581,7 @@ struct RnnEngine {
     f.blas = s.TakeBytes(Backend::kBlasWorkspaceBytes);
     f.len = s.Take<int32_t>(B);
     f.params = s.Take<A>(kSame ? 0 : CheckedParamsSize(m));
-    f.x = s.Take<A>(kSame && run.time_major ? 0 : rows * m.input_size);
+    f.x = s.Take<A>((kSame && run.time_major) || !Layer0InputInA(m) ? 0 : rows * m.input_size);
     f.h0 = s.Take<A>(kSame ? 0 : LD * B * Hr);
     f.c0 = s.Take<A>(kSame || !lstm ? 0 : LD * B * H);
     f.xw = s.Take<A>(rows * m.gate_width());
@@ -598,7 +602,8 @@ struct RnnEngine {
     A *params, *x, *h0, *c0, *dy, *dhT, *dcT;
     A *dparams, *dgx, *dgh, *dh_total, *m_seq, *dm, *carry, *direct, *h_prev_seq;
     A *dx[2], *dh, *dc, *ones;
-    T *x_lo, *dgx_lo, *dgh_lo, *h_prev_lo;  // LoOperands: T copies of x, dgx, dgh, h_prev_seq
+    // LoOperands: T copies of a layer's input, dgx, dgh (== dgx_lo except for GRU), h_prev_seq
+    T *x_lo, *dgx_lo, *dgh_lo, *h_prev_lo;
     void* blas;
   };
 
@@ -614,7 +619,7 @@ struct RnnEngine {
     b.flag = s.Take<int32_t>(1);
     b.len = s.Take<int32_t>(B);
     b.params = s.Take<A>(kSame ? 0 : CheckedParamsSize(m));
-    b.x = s.Take<A>(direct_x ? 0 : rows * m.input_size);
+    b.x = s.Take<A>(direct_x || !Layer0InputInA(m) ? 0 : rows * m.input_size);
     b.h0 = s.Take<A>(kSame ? 0 : LD * B * Hr);
     b.c0 = s.Take<A>(kSame || !lstm ? 0 : LD * B * H);
     b.dy = s.Take<A>(direct_x ? 0 : rows * m.num_dirs * Hr);
@@ -792,7 +797,9 @@ struct RnnEngine {
       // The step's kernel, mirroring its h into h_lo when there is one.
       auto launch = [&](const auto& fn) {
         using Fn = std::decay_t<decltype(fn)>;
-        if (h_lo != nullptr) return be.ForEach(B * H, MirrorStateFn<Fn, A, T>{fn, h_out, h_lo});
+        if constexpr (!kSame) {
+          if (h_lo != nullptr) return be.ForEach(B * H, MirrorStateFn<Fn, A, T>{fn, h_out, h_lo});
+        }
         return be.ForEach(B * H, fn);
       };
       switch (m.mode) {
@@ -826,8 +833,8 @@ struct RnnEngine {
     return cudaSuccess;
   }
 
-  // x_lo, params, h0_lo: LoOperands' layer input, params and this pseudo-layer's initial state
-  // in T (nullptr otherwise).
+  // x_lo, params, h0_lo: the layer input, params and this pseudo-layer's initial state in T,
+  // read under LoOperands (x_lo and h0_lo are nullptr otherwise).
   static cudaError_t ForwardLayer(Backend& be, const RnnModel& m, const RnnRun& run,
                                   const PersistentPlan& plan, const Layer& pl,
                                   const int32_t* len, const A* x, const ForwardBuffers& f,
@@ -883,9 +890,11 @@ struct RnnEngine {
     A* ws = reinterpret_cast<A*>(workspace + sizeof(RnnReserveHeader));
 
     const PersistentPlan plan = PlanPersistent(be, m, run);  // the same for every layer
-    const A *P, *x0, *h0, *c0 = nullptr;
+    const A *P, *x0 = nullptr, *h0, *c0 = nullptr;
     TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, params, CheckedParamsSize(m), f.params, &P));
-    TF_LSTM_GPU_RETURN_IF_ERROR(ToTimeMajor(be, run, m.input_size, input, f.x, &x0));
+    if (Layer0InputInA(m)) {
+      TF_LSTM_GPU_RETURN_IF_ERROR(ToTimeMajor(be, run, m.input_size, input, f.x, &x0));
+    }
     TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, input_h, LD * B * Hr, f.h0, &h0));
     if (lstm) TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, input_c, LD * B * H, f.c0, &c0));
 
@@ -963,10 +972,12 @@ struct RnnEngine {
       // The step's kernel, mirroring its gate gradients into T when lo.
       auto launch = [&](const auto& fn) {
         using Fn = std::decay_t<decltype(fn)>;
-        if (lo) {
-          return be.ForEach(B * H, MirrorGatesFn<Fn, A, T>{fn, dgx_t, gru ? dgh_t : nullptr,
-                                                           s.dgx_lo + t * B * G,
-                                                           s.dgh_lo + t * B * G, H, m.gates()});
+        if constexpr (!kSame) {
+          if (lo) {
+            return be.ForEach(B * H, MirrorGatesFn<Fn, A, T>{fn, dgx_t, gru ? dgh_t : nullptr,
+                                                             s.dgx_lo + t * B * G,
+                                                             s.dgh_lo + t * B * G, H, m.gates()});
+          }
         }
         return be.ForEach(B * H, fn);
       };
@@ -1079,9 +1090,11 @@ struct RnnEngine {
       // The forward's saved states are read only; Layer's pointers are non-const for reuse.
       A* ws = reinterpret_cast<A*>(const_cast<uint8_t*>(reserve) + sizeof(RnnReserveHeader));
 
-      const A *P, *x0, *h0, *c0 = nullptr, *dy_top, *dhT, *dcT = nullptr;
+      const A *P, *x0 = nullptr, *h0, *c0 = nullptr, *dy_top, *dhT, *dcT = nullptr;
       TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, params, n_params, s.params, &P));
-      TF_LSTM_GPU_RETURN_IF_ERROR(ToTimeMajor(be, run, m.input_size, input, s.x, &x0));
+      if (Layer0InputInA(m)) {
+        TF_LSTM_GPU_RETURN_IF_ERROR(ToTimeMajor(be, run, m.input_size, input, s.x, &x0));
+      }
       TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, input_h, LD * B * Hr, s.h0, &h0));
       if (lstm) TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, input_c, LD * B * H, s.c0, &c0));
       TF_LSTM_GPU_RETURN_IF_ERROR(ToTimeMajor(be, run, D * Hr, output_backprop, s.dy, &dy_top));

@@ -20,7 +20,7 @@
 // Precision: A = Acc<T> is float for __half/__nv_bfloat16/float and double for double. Every
 // GEMM takes storage-type operands and accumulates in A (16-bit: tensor cores): x, W and the h
 // sequence as stored and, in backward, dgates rounded to T once (as cuDNN; the CPU rounds them
-// only for bfloat16's dx and dW). The element-wise math, the carried dh/dcs, db and the peephole
+// only for bfloat16's dx and dW, on CPUs with AVX512-BF16). The element-wise math, the carried dh/dcs, db and the peephole
 // gradients stay in A. The state the next step multiplies is the stored h (rounded to T), as on
 // the CPU. Each output is rounded to T once.
 #ifndef TF_LSTM_OPS_CC_GPU_LSTM_ENGINE_H_

@@ -7,7 +7,9 @@
 //  - runs on `stream` only, never synchronises, never allocates: `scratch` is device memory of
 //    at least the matching *ScratchBytes() bytes (any 256-byte aligned block), owned by the
 //    caller until the stream has passed the call;
-//  - computes in float (double for double) and rounds each output once, like the CPU kernels;
+//  - computes in float (double for double) and rounds each output once, like the CPU kernels,
+//    except that with 16-bit T the GEMMs multiply 16-bit operands (weights and inputs as given;
+//    h, later layers' inputs and gate gradients rounded once; see the engines' Precision notes);
 //  - is deterministic: the same inputs give the same bits (no atomics; cuBLAS with a fixed
 //    workspace on one stream);
 //  - expects validated sizes and non-aliased buffers (the OpKernels validate; see
