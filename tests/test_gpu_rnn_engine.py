@@ -220,6 +220,18 @@ def _path(mod, case, dtype):
     return mod.rnn_forward_path("host", dtype, **case.model_kwargs())
 
 
+@pytest.mark.parametrize("dtype", C.DTYPES)
+def test_gemm_operands_are_16_bit_where_they_should_be(mod, dtype):
+    # 16-bit storage multiplies 16-bit operands (tensor cores), except LSTMP and rnn_relu
+    # (relu's derivative jumps at 0); float and double multiply themselves.
+    for case in CASES:
+        sixteen = dtype in ("half", "bfloat16")
+        want = sixteen and not case.num_proj and case.mode != "rnn_relu"
+        got = _path(mod, case, dtype)["gemm_operands"]
+        assert got == ("storage" if want else "compute"), (case.name, dtype)
+    assert any(c.mode == "rnn_relu" for c in CASES) and any(c.num_proj for c in CASES)
+
+
 def _path_tol(dtype):
     return PATH_TOL.get("TOL_" + dtype, C.TOL[dtype])
 
@@ -265,7 +277,7 @@ FALLBACK_CASES = [
 @pytest.mark.parametrize("case,why", FALLBACK_CASES, ids=[w for _, w in FALLBACK_CASES])
 def test_persistent_falls_back_to_per_step(mod, alloc, rng, case, why, dtype):
     assert _path(mod, case, dtype) == dict(path="per_step", blocks=0, units_per_block=0,
-                                           shared_bytes=0), why
+                                           shared_bytes=0, gemm_operands="compute"), why
     C.check_case(mod, alloc, case, dtype, rng)
 
 

@@ -186,13 +186,17 @@ void RegisterRnn(py::module_& mod) {
       [](const std::string& backend, const std::string& dtype, TF_LSTM_RNN_MODEL_ARGS) {
         const bool cuda = IsCuda(backend);
         const RnnCall c(TF_LSTM_RNN_MODEL_VALUES);
+        bool storage_operands = false;
         const RnnForwardPath path = WithDtype(dtype, [&](auto tag) -> RnnForwardPath {
           using T = decltype(tag);
+          storage_operands = RnnEngine<HostBackend, T>::LoOperands(c.m);  // backend-independent
           if (cuda) return RnnForwardPathOf<T>(c.m, c.run);
           return RnnEngine<HostBackend, T>::PlanPersistent(HostBackend(), c.m, c.run);
         });
         py::dict d;
         d["path"] = path.blocks > 0 ? "persistent" : "per_step";
+        // what the GEMMs multiply: the 16-bit storage type, or float/double copies
+        d["gemm_operands"] = storage_operands ? "storage" : "compute";
         d["blocks"] = path.blocks;
         d["units_per_block"] = path.units_per_block;
         d["shared_bytes"] = path.shared_bytes;
