@@ -75,9 +75,13 @@ def block_lstm_cases(rng):
                 continue
             cs_grad = rng.standard_normal((T, B, H)).astype(dtype).astype(np.float64)
             h_grad = rng.standard_normal((T, B, H)).astype(dtype).astype(np.float64)
-            g = grad(seq_len_max=seq, **tfp, **{k: getattr(out, k) for k in ref.OUTPUT_NAMES},
-                     cs_grad=tf.constant(cs_grad, dtype), h_grad=tf.constant(h_grad, dtype),
-                     use_peephole=use_peephole)
+
+            def grad_of(fwd):
+                return grad(seq_len_max=seq, **tfp, **{k: getattr(fwd, k) for k in ref.OUTPUT_NAMES},
+                            cs_grad=tf.constant(cs_grad, dtype), h_grad=tf.constant(h_grad, dtype),
+                            use_peephole=use_peephole)
+
+            g = grad_of(out)
             expect_g = ref.block_lstm_grad(L, **p, **{k: expect[k] for k in ref.OUTPUT_NAMES},
                                            cs_grad=cs_grad, h_grad=h_grad, use_peephole=use_peephole,
                                            layout=layout)
@@ -86,10 +90,7 @@ def block_lstm_cases(rng):
             # The same gradient inside one tf.function with the forward, where the grad op takes
             # over i, f, ci, o and keeps the gate gradients in their place.
             def fused():
-                fwd = op(seq_len_max=seq, **tfp, **attrs)
-                return grad(seq_len_max=seq, **tfp, **{k: getattr(fwd, k) for k in ref.OUTPUT_NAMES},
-                            cs_grad=tf.constant(cs_grad, dtype), h_grad=tf.constant(h_grad, dtype),
-                            use_peephole=use_peephole)
+                return grad_of(op(seq_len_max=seq, **tfp, **attrs))
 
             runs = in_place_backward_runs()
             with tf.device("/CPU:0"):  # the counter counts the CPU kernel's runs

@@ -24,6 +24,11 @@ SEQ = ("BlockLSTM", "BlockLSTMV2") + SEQ_GRAD
 GRAD = ("LSTMBlockCellGrad",) + SEQ_GRAD
 
 
+def grad_inputs_of(op):
+    """The [T, B, H] inputs of a sequence grad op beyond the forward's."""
+    return FULL_GRAD_INPUTS if op == "BlockLSTMFullGrad" else GRAD_INPUTS
+
+
 def valid_shapes(op):
     s = dict(cs_prev=[B, H], h_prev=[B, H], w=[I + H, 4 * H], wci=[H], wcf=[H], wco=[H],
              b=[4 * H])
@@ -35,8 +40,7 @@ def valid_shapes(op):
     if op == "LSTMBlockCellGrad":
         s.update({k: [B, H] for k in CELL_GRAD_EXTRA})
     if op in SEQ_GRAD:
-        s.update({k: [T, B, H] for k in (FULL_GRAD_INPUTS if op == "BlockLSTMFullGrad"
-                                          else GRAD_INPUTS)})
+        s.update({k: [T, B, H] for k in grad_inputs_of(op)})
     return s
 
 
@@ -119,7 +123,7 @@ def bad_cases():
                 cases.append((op, arg + "-units", {arg: [B, H + 1]}, L, True, (arg,)))
                 cases.append((op, arg + "-batch-short", {arg: [B - 1, H]}, L, True, (arg,)))
         if op in SEQ_GRAD:
-            for arg in FULL_GRAD_INPUTS if op == "BlockLSTMFullGrad" else GRAD_INPUTS:
+            for arg in grad_inputs_of(op):
                 cases.append((op, arg + "-steps-L=T", {arg: [T - 1, B, H]}, T, True, (arg,)))
                 cases.append((op, arg + "-steps<L", {arg: [L - 1, B, H]}, L, True, (arg,)))
                 cases.append((op, arg + "-batch", {arg: [T, B + 1, H]}, L, True, (arg,)))

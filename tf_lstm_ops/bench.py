@@ -28,8 +28,8 @@ lstm, ours CudnnRNNV3 for gru): above 1 the baseline (ours) is faster.
 
 --memory measures the peak resident memory a fwd+bwd step adds (VmHWM after the step minus VmRSS
 before it, with the peak reset through /proc/self/clear_refs), in one fresh subprocess per case
-and contender, in which glibc returns every allocation of 64 KiB or more to the OS on free, so caches of earlier
-steps do not hide memory. It covers everything a step allocates (TF tensors, kernel scratch,
+and contender, in which glibc returns every allocation of 64 KiB or more to the OS on free, so
+caches of earlier steps do not hide memory. It covers everything a step allocates (TF tensors, kernel scratch,
 Eigen/oneDNN buffers, torch), unlike TF's allocator statistics.
 
 torch contenders run when `import torch` works; --torch-path DIR appends a site-packages
@@ -847,7 +847,7 @@ def add_speedups(results, baseline):
 
 
 # ------------------------------------------------------------------------------------------------
-# memory (--memory): one fresh subprocess per case
+# memory (--memory): one fresh subprocess per case and contender
 # ------------------------------------------------------------------------------------------------
 
 def _proc_status_mb(field):
@@ -893,7 +893,7 @@ def _measures_memory(contender, dtype):
     return "fwd+bwd" in contender.phases and dtype in contender.dtypes
 
 
-def measure_memory(family, dtype, shape, args, progress, contenders=None):
+def measure_memory(family, dtype, shape, args, progress):
     """{contender key: peak MB or "error: ..."}, each contender in its own fresh subprocess: in a
     shared one, what earlier contenders left resident (freed heap, TF's and torch's caches) would
     serve the later ones' allocations and hide their memory."""
@@ -903,7 +903,7 @@ def measure_memory(family, dtype, shape, args, progress, contenders=None):
     progress.say("%s %s (%s): peak memory of fwd+bwd (a subprocess per contender) ..."
                  % (family, dtype, ",".join(map(str, shape))))
     results, errors = {}, []
-    for contender in contenders or contenders_for(family, args.contenders):
+    for contender in contenders_for(family, args.contenders):
         if not _measures_memory(contender, dtype) or (contender.needs == "torch"
                                                        and args.no_torch):
             continue
@@ -1114,8 +1114,8 @@ def run(args):
     memory = None
     if args.memory:
         memory = {}
-        for family, dtype, shape, contenders in cases:
-            values, error = measure_memory(family, dtype, shape, args, progress, contenders)
+        for family, dtype, shape, _ in cases:
+            values, error = measure_memory(family, dtype, shape, args, progress)
             if error:
                 notes.append("%s %s %s: %s" % (family, dtype, shape, error))
             memory["%s %s %s" % (family, dtype, ",".join(map(str, shape)))] = values

@@ -343,15 +343,19 @@ struct NanIfFlagFn {
   }
 };
 
-// h_prev of every step, [T, B, Hr]: the initial state, or the state of the preceding step.
-template <typename A>
+// h_prev of every step, [T, B, Hr]: the initial state, or the state of the preceding step;
+// also rounded to T into out_lo when given (RnnEngine::LoOperands).
+template <typename A, typename T>
 struct PrevStateFn {
   const A *h0, *h;
   A* out;
+  T* out_lo;
   int64_t time, bn, dir;
   TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
     const int64_t t = i / bn, r = i % bn, src = dir == 0 ? t - 1 : t + 1;
-    out[i] = src < 0 || src >= time ? h0[r] : h[src * bn + r];
+    const A v = src < 0 || src >= time ? h0[r] : h[src * bn + r];
+    out[i] = v;
+    if (out_lo != nullptr) out_lo[i] = Cast<T>(v);
   }
 };
 
@@ -559,6 +563,17 @@ struct RnnEngine {
   }
   // Whether layer 0's input is used in A: not under LoOperands, unless layer 0 skips its input.
   static bool Layer0InputInA(const RnnModel& m) { return !LoOperands(m) || m.skips(0); }
+
+  // Row-major C (A) = op(a)·op(b) (+ C) on the T operands a_lo, b_lo under `lo`, else on the
+  // A operands a, b: one GEMM shape, two operand precisions.
+  static cudaError_t OperandGemm(Backend& be, bool lo, bool trans_a, bool trans_b, int64_t m,
+                                 int64_t n, int64_t k, const A* a, const T* a_lo, const A* b,
+                                 const T* b_lo, bool accumulate, A* c) {
+    if constexpr (!kSame) {
+      if (lo) return Gemm(be, trans_a, trans_b, m, n, k, a_lo, b_lo, accumulate, c);
+    }
+    return Gemm(be, trans_a, trans_b, m, n, k, a, b, accumulate, c);
+  }
 
   // ---- scratch -------------------------------------------------------------------------------
 
@@ -770,35 +785,34 @@ struct RnnEngine {
   // ---- forward -------------------------------------------------------------------------------
 
   // The recurrence of ForwardLayer, a GEMM (R·h) and a fused element-wise kernel per step.
-  // LoOperands: r_lo is R in T and h0_lo the initial state in T; each step's kernel also
-  // writes its h in T (f.h_lo, two alternating rows) for the next step's GEMM.
+  // LoOperands: the GEMM multiplies R and h in T (params, and input_h at step 0); each step's
+  // kernel also writes its h in T (f.h_lo, two alternating rows) for the next step's GEMM.
   static cudaError_t ForwardRecurrencePerStep(Backend& be, const RnnModel& m, const RnnRun& run,
                                               const Layer& pl, const int32_t* len,
-                                              const ForwardBuffers& f, const T* r_lo,
-                                              const T* h0_lo) {
+                                              const ForwardBuffers& f, const T* params,
+                                              const T* input_h) {
     using namespace rnn_detail;  // NOLINT
     const int64_t T_ = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
     const int64_t G = m.gate_width();
     const bool has_len = run.seq_lengths != nullptr;
+    const bool lo = LoOperands(m);  // then Hr == H
     for (int64_t step = 0; step < T_; ++step) {
       const int64_t t = TimeOf(pl.dir, step, T_);
       const A* h_prev = pl.h_before(step, T_, B);
       A* h_out = pl.h + t * B * Hr;
       const A* xw_t = f.xw + t * B * G;
       A* saved = pl.gates + t * B * kSavedGates * H;
-      T* h_lo = nullptr;
-      if (r_lo != nullptr) {
-        const T* h_prev_lo = step == 0 ? h0_lo : f.h_lo + ((step - 1) & 1) * B * H;
-        TF_LSTM_GPU_RETURN_IF_ERROR(Gemm(be, false, true, B, G, H, h_prev_lo, r_lo, false, f.rec));
-        h_lo = f.h_lo + (step & 1) * B * H;
-      } else {
-        TF_LSTM_GPU_RETURN_IF_ERROR(Gemm(be, false, true, B, G, Hr, h_prev, pl.r, false, f.rec));
-      }
-      // The step's kernel, mirroring its h into h_lo when there is one.
+      const T* h_prev_lo = lo ? (step == 0 ? input_h + pl.p * B * H
+                                           : f.h_lo + ((step - 1) & 1) * B * H)
+                              : nullptr;
+      T* h_lo = lo ? f.h_lo + (step & 1) * B * H : nullptr;
+      TF_LSTM_GPU_RETURN_IF_ERROR(OperandGemm(be, lo, false, true, B, G, Hr, h_prev, h_prev_lo,
+                                              pl.r, params + pl.reg.r, false, f.rec));
+      // The step's kernel, mirroring its h into h_lo under lo.
       auto launch = [&](const auto& fn) {
         using Fn = std::decay_t<decltype(fn)>;
         if constexpr (!kSame) {
-          if (h_lo != nullptr) return be.ForEach(B * H, MirrorStateFn<Fn, A, T>{fn, h_out, h_lo});
+          if (lo) return be.ForEach(B * H, MirrorStateFn<Fn, A, T>{fn, h_out, h_lo});
         }
         return be.ForEach(B * H, fn);
       };
@@ -833,21 +847,20 @@ struct RnnEngine {
     return cudaSuccess;
   }
 
-  // x_lo, params, h0_lo: the layer input, params and this pseudo-layer's initial state in T,
-  // read under LoOperands (x_lo and h0_lo are nullptr otherwise).
+  // x_lo, params, input_h: the layer input, params and initial states in T, read under
+  // LoOperands (x_lo is nullptr otherwise).
   static cudaError_t ForwardLayer(Backend& be, const RnnModel& m, const RnnRun& run,
                                   const PersistentPlan& plan, const Layer& pl,
                                   const int32_t* len, const A* x, const ForwardBuffers& f,
-                                  A* y, const T* x_lo, const T* params, const T* h0_lo) {
+                                  A* y, const T* x_lo, const T* params, const T* input_h) {
     using namespace rnn_detail;  // NOLINT
     const int64_t T_ = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
     const int64_t G = m.gate_width(), D = m.num_dirs, rows = T_ * B;
     const bool lo = LoOperands(m);
     // Input projection of every step: one GEMM (or the skip-input broadcast).
     if (!m.skips(pl.layer)) {
-      TF_LSTM_GPU_RETURN_IF_ERROR(
-          lo ? Gemm(be, false, true, rows, G, pl.in_width, x_lo, params + pl.reg.w, false, f.xw)
-             : Gemm(be, false, true, rows, G, pl.in_width, x, pl.w, false, f.xw));
+      TF_LSTM_GPU_RETURN_IF_ERROR(OperandGemm(be, lo, false, true, rows, G, pl.in_width, x, x_lo,
+                                              pl.w, params + pl.reg.w, false, f.xw));
     } else {
       TF_LSTM_GPU_RETURN_IF_ERROR(be.ForEach(rows * G, SkipProjectionFn<A>{x, f.xw, H, G}));
     }
@@ -855,8 +868,7 @@ struct RnnEngine {
     cudaError_t status = cudaErrorCooperativeLaunchTooLarge;
     if (plan.blocks > 0) status = ForwardRecurrencePersistent(be, m, run, plan, pl, len, f);
     if (status == cudaErrorCooperativeLaunchTooLarge) {
-      status = ForwardRecurrencePerStep(be, m, run, pl, len, f, lo ? params + pl.reg.r : nullptr,
-                                        h0_lo);
+      status = ForwardRecurrencePerStep(be, m, run, pl, len, f, params, input_h);
     }
     TF_LSTM_GPU_RETURN_IF_ERROR(status);
     // This direction's half of the layer output.
@@ -920,8 +932,8 @@ struct RnnEngine {
       for (int64_t dir = 0; dir < D; ++dir) {
         const int64_t p = l * D + dir;
         const Layer pl(m, p, P, ws, lay, h0, c0, B);
-        TF_LSTM_GPU_RETURN_IF_ERROR(ForwardLayer(be, m, run, plan, pl, f.len, x, f, y, x_lo,
-                                                 params, lo ? input_h + p * B * Hr : nullptr));
+        TF_LSTM_GPU_RETURN_IF_ERROR(
+            ForwardLayer(be, m, run, plan, pl, f.len, x, f, y, x_lo, params, input_h));
         // Final state: after the last processed step (rows past their end held it there).
         const int64_t t_last = TimeOf(dir, T_ - 1, T_);
         TF_LSTM_GPU_RETURN_IF_ERROR(
@@ -962,7 +974,8 @@ struct RnnEngine {
     const bool lo = LoOperands(m);
     const int32_t* len = s.len;
     TF_LSTM_GPU_RETURN_IF_ERROR(
-        be.ForEach(rows * Hr, PrevStateFn<A>{pl.h0, pl.h, s.h_prev_seq, T_, B * Hr, pl.dir}));
+        be.ForEach(rows * Hr, PrevStateFn<A, T>{pl.h0, pl.h, s.h_prev_seq,
+                                                lo ? s.h_prev_lo : nullptr, T_, B * Hr, pl.dir}));
     for (int64_t step = T_ - 1; step >= 0; --step) {
       const int64_t t = TimeOf(pl.dir, step, T_);
       const Carry<A> carry{s.dh, s.carry, s.direct, TimeOf(pl.dir, step + 1, T_), step < T_ - 1};
@@ -1006,10 +1019,9 @@ struct RnnEngine {
             SimpleBackFn<A>{carry, dy_t, pl.h + t * B * Hr, dgx_t, len, t, H, DHr, relu}));
       }
       // R^T through the recurrent-side gate gradients: the next step's carried gradient.
-      TF_LSTM_GPU_RETURN_IF_ERROR(
-          lo ? Gemm(be, false, false, B, Hr, G, s.dgh_lo + t * B * G, params + pl.reg.r, false,
-                    s.carry)
-             : Gemm(be, false, false, B, Hr, G, dgh_t, pl.r, false, s.carry));
+      TF_LSTM_GPU_RETURN_IF_ERROR(OperandGemm(be, lo, false, false, B, Hr, G, dgh_t,
+                                              s.dgh_lo + t * B * G, pl.r, params + pl.reg.r,
+                                              false, s.carry));
     }
     // The gradient left after the first step is input_h_backprop; dc likewise.
     const Carry<A> last{s.dh, s.carry, s.direct, TimeOf(pl.dir, 0, T_), true};
@@ -1021,32 +1033,18 @@ struct RnnEngine {
     }
     // Whole-sequence products.
     if (!m.skips(pl.layer)) {
-      if (lo) {
-        const T* w_lo = params + pl.reg.w;
-        TF_LSTM_GPU_RETURN_IF_ERROR(Gemm(be, true, false, G, pl.in_width, rows, s.dgx_lo, x_lo,
-                                         false, dparams + pl.reg.w));
-        TF_LSTM_GPU_RETURN_IF_ERROR(
-            Gemm(be, false, false, rows, pl.in_width, G, s.dgx_lo, w_lo, pl.dir > 0, dx));
-      } else {
-        TF_LSTM_GPU_RETURN_IF_ERROR(
-            Gemm(be, true, false, G, pl.in_width, rows, s.dgx, x, false, dparams + pl.reg.w));
-        TF_LSTM_GPU_RETURN_IF_ERROR(
-            Gemm(be, false, false, rows, pl.in_width, G, s.dgx, pl.w, pl.dir > 0, dx));
-      }
+      TF_LSTM_GPU_RETURN_IF_ERROR(OperandGemm(be, lo, true, false, G, pl.in_width, rows, s.dgx,
+                                              s.dgx_lo, x, x_lo, false, dparams + pl.reg.w));
+      TF_LSTM_GPU_RETURN_IF_ERROR(OperandGemm(be, lo, false, false, rows, pl.in_width, G, s.dgx,
+                                              s.dgx_lo, pl.w, params + pl.reg.w, pl.dir > 0,
+                                              dx));
     } else {  // skip input: x was added to every gate
       TF_LSTM_GPU_RETURN_IF_ERROR(be.ForEach(
           rows * H, SkipDxFn<A>{s.dgx, dx, H, G, m.gates(), pl.dir > 0}));
     }
-    if (lo) {
-      TF_LSTM_GPU_RETURN_IF_ERROR(Convert(be, static_cast<const A*>(s.h_prev_seq), s.h_prev_lo,
-                                          rows * Hr));
-      TF_LSTM_GPU_RETURN_IF_ERROR(Gemm(be, true, false, G, Hr, rows, s.dgh_lo,
-                                       static_cast<const T*>(s.h_prev_lo), false,
-                                       dparams + pl.reg.r));
-    } else {
-      TF_LSTM_GPU_RETURN_IF_ERROR(
-          Gemm(be, true, false, G, Hr, rows, s.dgh, s.h_prev_seq, false, dparams + pl.reg.r));
-    }
+    TF_LSTM_GPU_RETURN_IF_ERROR(OperandGemm(be, lo, true, false, G, Hr, rows, s.dgh, s.dgh_lo,
+                                            s.h_prev_seq, s.h_prev_lo, false,
+                                            dparams + pl.reg.r));
     if (m.has_proj()) {
       TF_LSTM_GPU_RETURN_IF_ERROR(
           Gemm(be, true, false, Hr, H, rows, s.dh_total, s.m_seq, false, dparams + pl.reg.proj));

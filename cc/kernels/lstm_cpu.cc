@@ -162,7 +162,6 @@ void BackwardUnits(int64_t b0, int64_t b1, int64_t j0, int64_t j1, int64_t H, Ga
                    A* dc_out) {
   for (int64_t b = b0; b < b1; ++b) {
     const GateMatrix<A*> dg = dgates.Row(b);
-    A* st = kStage ? stage + b * 4 * H : nullptr;
 #pragma GCC ivdep  // dgates may be act's own i, f, ci, o, but only element k aliases element k
     for (int64_t j = j0; j < j1; ++j) {
       const int64_t k = b * H + j;
@@ -175,16 +174,14 @@ void BackwardUnits(int64_t b0, int64_t b1, int64_t j0, int64_t j1, int64_t H, Ga
           A(out_grads.cs[k]) + dc_carry[k], A(out_grads.h[k]) + dh_carry[k],
           {direct(out_grads.i), direct(out_grads.f), direct(out_grads.o), direct(out_grads.ci),
            direct(out_grads.co)});
-      dg.gate[blk.i][j] = g.d_i;
-      dg.gate[blk.c][j] = g.d_c;
-      dg.gate[blk.f][j] = g.d_f;
-      dg.gate[blk.o][j] = g.d_o;
-      if constexpr (kStage) {
-        st[blk.i * H + j] = g.d_i;
-        st[blk.c * H + j] = g.d_c;
-        st[blk.f * H + j] = g.d_f;
-        st[blk.o * H + j] = g.d_o;
-      }
+      auto store = [&](const GateMatrix<A*>& to) {
+        to.gate[blk.i][j] = g.d_i;
+        to.gate[blk.c][j] = g.d_c;
+        to.gate[blk.f][j] = g.d_f;
+        to.gate[blk.o][j] = g.d_o;
+      };
+      store(dg);
+      if constexpr (kStage) store(GateMatrix<A*>::Interleaved(stage + b * 4 * H, H));
       dc_out[k] = g.cs_prev_grad;
     }
   }
@@ -198,12 +195,18 @@ void BackwardUnitsFor(const LstmAttrs& attrs, bool direct, int64_t b0, int64_t b
                       const LstmActivations<const T*>& out_grads, const A* dc_carry,
                       const A* dh_carry, const GateMatrix<A*>& dgates, A* stage, A* dc_out) {
   const GateBlocks blk = BlocksOf(attrs.layout);
-  WithFlags(attrs.use_peephole, direct, stage != nullptr, [&](auto peephole, auto direct_c,
-                                                               auto staged) {
+  auto run = [&](auto peephole, auto direct_c, auto staged) {
     BackwardUnits<T, A, decltype(peephole)::value, decltype(direct_c)::value,
                   decltype(staged)::value>(b0, b1, j0, j1, H, blk, peep, act, cs_prev, out_grads,
                                            dc_carry, dh_carry, dgates, stage, dc_out);
-  });
+  };
+  if constexpr (std::is_same_v<T, A>) {
+    WithFlags(attrs.use_peephole, direct, stage != nullptr, run);
+  } else {  // only the in-place backward stages, and it needs T == A
+    WithFlags(attrs.use_peephole, direct, [&](auto peephole, auto direct_c) {
+      run(peephole, direct_c, std::false_type{});
+    });
+  }
 }
 
 // Peephole gradients of a chunk of `rows` dgates rows, added to acc[0..3H) (wci, wcf, wco):
@@ -615,9 +618,8 @@ struct LstmBackward<CPUDevice, T> {
         }
       } else {
         ForGateBlocks(dgates, H, [&](const A* dk, int64_t col0, int64_t width) {
-          Gemm(d, false, true, rows, I, width, dk, dgates.ld, w_x + col0, G, col0 > 0, dx_rows,
-               I);
           const int64_t ld = dgates.ld;
+          Gemm(d, false, true, rows, I, width, dk, ld, w_x + col0, G, col0 > 0, dx_rows, I);
           Gemm(d, true, false, I, width, rows, x + t0 * B * I, I, dk, ld, !first, dw + col0, G);
           // The states the chunk's steps started from: h_{t0-1}.. (contiguous), or for the
           // chunk that starts at step 0, h_prev and then h_0..
