@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 namespace tf_lstm_ops {
 namespace gemm {
@@ -237,4 +238,22 @@ const char* IsaName() {
 // For tests and the benchmark (through ctypes): which build of the blocks runs here.
 extern "C" __attribute__((visibility("default"))) const char* tf_lstm_ops_cpu_isa() {
   return tf_lstm_ops::gemm::IsaName();
+}
+
+// For the tests (through ctypes): one gemm::Block product in float (element_bytes 4) or double
+// (8), so that every path of every ISA build (register tiles, slab copies, Eigen) is checked
+// directly against NumPy on awkward shapes and strides. Returns false for another element size.
+extern "C" __attribute__((visibility("default"))) bool tf_lstm_ops_gemm_block(
+    int element_bytes, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+    const void* a, int64_t lda, const void* b, int64_t ldb, bool accumulate, void* c,
+    int64_t ldc) {
+  auto run = [&](auto* typed_c) {
+    using A = std::remove_pointer_t<decltype(typed_c)>;
+    tf_lstm_ops::gemm::Block<A>(trans_a, trans_b, m, n, k, static_cast<const A*>(a), lda,
+                                static_cast<const A*>(b), ldb, accumulate, typed_c, ldc);
+    return true;
+  };
+  if (element_bytes == 4) return run(static_cast<float*>(c));
+  if (element_bytes == 8) return run(static_cast<double*>(c));
+  return false;
 }

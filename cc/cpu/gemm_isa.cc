@@ -15,6 +15,12 @@ namespace tf_lstm_ops {
 namespace gemm {
 namespace TF_LSTM_GEMM_ISA {
 
+// packed_isa.cc's register tiles over slabs of B; false where this ISA's build has none (then
+// Eigen runs).
+template <typename A>
+bool SlabbedBlock(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const A* a,
+                  int64_t lda, const A* b, int64_t ldb, bool accumulate, A* c, int64_t ldc);
+
 // One Eigen product.
 template <typename A>
 void EigenBlock(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const A* a,
@@ -41,22 +47,28 @@ void EigenBlock(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, con
 template <typename A>
 void Block(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const A* a, int64_t lda,
            const A* b, int64_t ldb, bool accumulate, A* c, int64_t ldc) {
+  // Products up to 2^27 multiply-adds (on one thread, a time loop's whole-sequence products
+  // at small and medium sizes) run on packed_isa.cc's register tiles where this ISA's build has
+  // them (AVX2, AVX-512): they copy only slabs of B, while Eigen packs both operands of every
+  // product, and are 3-14 % faster there. Larger ones keep Eigen's cache blocking, which copes
+  // better with operands far beyond L2.
   // Eigen packs a [kc, <= n] block of one operand and a [kc, <= m] block of the other per
   // product, on the stack when each fits in EIGEN_STACK_ALLOCATION_LIMIT (128 KiB), otherwise on
   // the heap; its kc is 400-500 here, so a time loop's whole-sequence products would allocate
   // 1-2 MiB, a large share of a small op's memory. So k is always cut into slabs of kDepth (C
-  // accumulates slab by slab in increasing k), and the C of a small product (up to 2^27
-  // multiply-adds) into tiles for which both blocks fit on the stack: such products allocate
-  // nothing, at no measurable cost. Larger ones keep Eigen's m and n blocking (tiling them costs
-  // 3-5 %, and their buffers are a small share of their operands).
+  // accumulates slab by slab in increasing k), and the C of a small product into tiles for which
+  // both blocks fit on the stack: such products allocate nothing, at no measurable cost. Larger
+  // ones keep Eigen's m and n blocking (tiling them costs 3-5 %, and their buffers are a small
+  // share of their operands).
   if (k == 0) {  // (gemm.h asks for k > 0; an empty sum is still zero)
     if (!accumulate) {
       for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, A(0));
     }
     return;
   }
-  constexpr int64_t kDepth = 256;
   const bool small = static_cast<double>(m) * n * k <= static_cast<double>(int64_t{1} << 27);
+  if (small && SlabbedBlock(trans_a, trans_b, m, n, k, a, lda, b, ldb, accumulate, c, ldc)) return;
+  constexpr int64_t kDepth = 256;
   const int64_t fits = EIGEN_STACK_ALLOCATION_LIMIT / (kDepth * static_cast<int64_t>(sizeof(A)));
   const int64_t tile_m = small ? fits : m, tile_n = small ? fits : n;
   for (int64_t i0 = 0; i0 < m; i0 += tile_m) {

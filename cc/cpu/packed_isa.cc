@@ -2,12 +2,15 @@
 // layout). The recurrent GEMM of an RNN step multiplies a small state [B, k] by the same weights
 // every step: Eigen repacks those weights on every call, which at B = 32 costs as much as the
 // multiply. Packed once per op call, the weights stream from L2 straight into a register tile.
+// The same register tiles also serve gemm_isa.cc's one-off products (SlabbedBlock), copying B a
+// slab at a time.
 #ifndef TF_LSTM_GEMM_ISA
 #error "build with -DTF_LSTM_GEMM_ISA=<isa>"
 #endif
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "cc/cpu/gemm.h"
 
@@ -100,13 +103,15 @@ struct Vec<double> {
 #endif
 constexpr int kTileRows = 6;
 
-// C[kRows, kVecs·lanes] (+)= A[kRows, k]·B, A row-major (lda) and B's vector v at b[v] (rows
-// kPanelWidth apart); only the first `last_lanes` lanes of the last vector are stored. Each
-// output is one FMA chain over p = 0..k-1 (then + C): the same order whatever the tiling, so
-// results do not depend on how callers split the work.
-template <typename A, int kRows, int kVecs>
-void Tile(int64_t k, const A* a, int64_t lda, const A* const* b, bool accumulate, A* c,
-          int64_t ldc, int last_lanes) {
+// C[kRows, kVecs·lanes] (+)= A[kRows, k]·B. A is row-major (lda), or with kTransA stored
+// [k, kRows] (A[r, p] at a[p·lda + r]); B's vector v of row p is at b[v] + p·ldb_row (ldb_row is
+// kPanelWidth for packed panels, B's leading dimension for a row-major B). Only the first
+// `last_lanes` lanes of the last vector are stored, and with kMaskB only those are loaded from B
+// (an unpacked B has no padding to read). Each output is one FMA chain over p = 0..k-1 (then
+// + C): the same order whatever the tiling, so results do not depend on how callers split m or n.
+template <typename A, int kRows, int kVecs, bool kTransA, bool kMaskB>
+void Tile(int64_t k, const A* a, int64_t lda, const A* const* b, int64_t ldb_row,
+          bool accumulate, A* c, int64_t ldc, int last_lanes) {
   using X = Vec<A>;
   typename X::V acc[kRows][kVecs];
 #pragma GCC unroll 8
@@ -117,10 +122,13 @@ void Tile(int64_t k, const A* a, int64_t lda, const A* const* b, bool accumulate
   for (int64_t p = 0; p < k; ++p) {
     typename X::V bv[kVecs];
 #pragma GCC unroll 4
-    for (int v = 0; v < kVecs; ++v) bv[v] = X::Load(b[v] + p * kPanelWidth);
+    for (int v = 0; v < kVecs; ++v) {
+      bv[v] = kMaskB && v + 1 == kVecs ? X::LoadFirst(b[v] + p * ldb_row, last_lanes)
+                                       : X::Load(b[v] + p * ldb_row);
+    }
 #pragma GCC unroll 8
     for (int r = 0; r < kRows; ++r) {
-      const typename X::V av = X::Splat(a[r * lda + p]);
+      const typename X::V av = X::Splat(kTransA ? a[p * lda + r] : a[r * lda + p]);
 #pragma GCC unroll 4
       for (int v = 0; v < kVecs; ++v) acc[r][v] = X::Fma(av, bv[v], acc[r][v]);
     }
@@ -140,44 +148,119 @@ void Tile(int64_t k, const A* a, int64_t lda, const A* const* b, bool accumulate
   }
 }
 
-template <typename A, int kRows>
-void TileOfRows(int vecs, int64_t k, const A* a, int64_t lda, const A* const* b,
+template <typename A, int kRows, bool kTransA, bool kMaskB>
+void TileOfRows(int vecs, int64_t k, const A* a, int64_t lda, const A* const* b, int64_t ldb_row,
                 bool accumulate, A* c, int64_t ldc, int last_lanes) {
   switch (vecs) {
     case 1:
-      return Tile<A, kRows, 1>(k, a, lda, b, accumulate, c, ldc, last_lanes);
+      return Tile<A, kRows, 1, kTransA, kMaskB>(k, a, lda, b, ldb_row, accumulate, c, ldc,
+                                                last_lanes);
     case 2:
-      return Tile<A, kRows, 2>(k, a, lda, b, accumulate, c, ldc, last_lanes);
+      return Tile<A, kRows, 2, kTransA, kMaskB>(k, a, lda, b, ldb_row, accumulate, c, ldc,
+                                                last_lanes);
     default:
       if constexpr (kTileVecs == 4) {
-        if (vecs == 3) return Tile<A, kRows, 3>(k, a, lda, b, accumulate, c, ldc, last_lanes);
-        return Tile<A, kRows, 4>(k, a, lda, b, accumulate, c, ldc, last_lanes);
+        if (vecs == 3) {
+          return Tile<A, kRows, 3, kTransA, kMaskB>(k, a, lda, b, ldb_row, accumulate, c, ldc,
+                                                    last_lanes);
+        }
+        return Tile<A, kRows, 4, kTransA, kMaskB>(k, a, lda, b, ldb_row, accumulate, c, ldc,
+                                                  last_lanes);
       }
+  }
+}
+
+// C[m, n] (+)= op(A)·B over register tiles: B's column c at column(c) + p·ldb_row for row p
+// (packed panels, or a row-major B), op(A) as in Tile. Column tiles outer: a tile's k x
+// kTileCols slice of B is reused by every row tile from L1/L2.
+template <typename A, bool kTransA, bool kMaskB, typename Column>
+void TiledProduct(int64_t m, int64_t n, int64_t k, const A* a, int64_t lda, Column column,
+                  int64_t ldb_row, bool accumulate, A* c, int64_t ldc) {
+  constexpr int kLanes = Vec<A>::kLanes;
+  constexpr int64_t kTileCols = int64_t{kTileVecs} * kLanes;
+  using TileFn = void (*)(int, int64_t, const A*, int64_t, const A* const*, int64_t, bool, A*,
+                          int64_t, int);
+  static constexpr TileFn kByRows[kTileRows] = {
+      TileOfRows<A, 1, kTransA, kMaskB>, TileOfRows<A, 2, kTransA, kMaskB>,
+      TileOfRows<A, 3, kTransA, kMaskB>, TileOfRows<A, 4, kTransA, kMaskB>,
+      TileOfRows<A, 5, kTransA, kMaskB>, TileOfRows<A, 6, kTransA, kMaskB>};
+  for (int64_t c0 = 0; c0 < n; c0 += kTileCols) {
+    const int64_t cols = std::min(kTileCols, n - c0);
+    const int vecs = static_cast<int>((cols + kLanes - 1) / kLanes);
+    const int last_lanes = static_cast<int>(cols - int64_t{vecs - 1} * kLanes);
+    const A* b[kTileVecs];
+    for (int v = 0; v < vecs; ++v) b[v] = column(c0 + int64_t{v} * kLanes);
+    for (int64_t r0 = 0; r0 < m; r0 += kTileRows) {
+      const int rows = static_cast<int>(std::min<int64_t>(kTileRows, m - r0));
+      kByRows[rows - 1](vecs, k, a + r0 * (kTransA ? 1 : lda), lda, b, ldb_row, accumulate,
+                        c + r0 * ldc + c0, ldc, last_lanes);
+    }
   }
 }
 
 template <typename A>
 void PackedBlockSimd(int64_t m, int64_t n, int64_t k, const A* a, int64_t lda, const A* packed,
                      bool accumulate, A* c, int64_t ldc) {
-  constexpr int kLanes = Vec<A>::kLanes;
-  constexpr int64_t kTileCols = int64_t{kTileVecs} * kLanes;
-  using TileFn = void (*)(int, int64_t, const A*, int64_t, const A* const*, bool, A*, int64_t,
-                          int);
-  static constexpr TileFn kByRows[kTileRows] = {TileOfRows<A, 1>, TileOfRows<A, 2>,
-                                                TileOfRows<A, 3>, TileOfRows<A, 4>,
-                                                TileOfRows<A, 5>, TileOfRows<A, 6>};
-  // Column tiles outer: a tile's k x kTileCols slice of B is reused by every row tile from L1/L2.
-  for (int64_t c0 = 0; c0 < n; c0 += kTileCols) {
-    const int64_t cols = std::min(kTileCols, n - c0);
-    const int vecs = static_cast<int>((cols + kLanes - 1) / kLanes);
-    const int last_lanes = static_cast<int>(cols - int64_t{vecs - 1} * kLanes);
-    const A* b[kTileVecs];
-    for (int v = 0; v < vecs; ++v) b[v] = PanelColumn(packed, k, c0 + int64_t{v} * kLanes);
-    for (int64_t r0 = 0; r0 < m; r0 += kTileRows) {
-      const int rows = static_cast<int>(std::min<int64_t>(kTileRows, m - r0));
-      kByRows[rows - 1](vecs, k, a + r0 * lda, lda, b, accumulate, c + r0 * ldc + c0, ldc,
-                        last_lanes);
+  TiledProduct<A, false, false>(
+      m, n, k, a, lda, [&](int64_t col) { return PanelColumn(packed, k, col); }, kPanelWidth,
+      accumulate, c, ldc);
+}
+
+// C[m, n] (+)= op(A)·op(B), op(B) [k, n] stored row-major [k, n] (ldb), or [n, k] when kTransB,
+// with no packed copy of B kept: op(B) is cut into slabs of kDepth rows by one column tile, each
+// copied into a contiguous zero-padded buffer on the stack (a row-major B's rows are often 4 KiB
+// apart, which maps a tile's rows onto the same few L1 sets) and reused there by every row tile;
+// C accumulates slab by slab in increasing p. A product of a few rows reads a row-major B in
+// place instead (copying would cost more than it saves).
+template <typename A, bool kTransA, bool kTransB>
+void SlabbedBlockSimd(int64_t m, int64_t n, int64_t k, const A* a, int64_t lda, const A* b,
+                      int64_t ldb, bool accumulate, A* c, int64_t ldc) {
+  constexpr int64_t kDepth = 256;
+  constexpr int64_t kBlockRows = 384;  // an A block of kBlockRows x kDepth stays in L2
+  constexpr int64_t kTileCols = int64_t{kTileVecs} * Vec<A>::kLanes;
+  const int64_t a_step = kTransA ? lda : 1;  // from A's column p to p + 1
+  if (!kTransB && m < 2 * kTileRows) {
+    for (int64_t p0 = 0; p0 < k; p0 += kDepth) {
+      TiledProduct<A, kTransA, true>(
+          m, n, std::min(kDepth, k - p0), a + p0 * a_step, lda,
+          [&](int64_t col) { return b + p0 * ldb + col; }, ldb, accumulate || p0 > 0, c, ldc);
     }
+    return;
+  }
+  alignas(64) A slab[kDepth * kTileCols];
+  for (int64_t i0 = 0; i0 < m; i0 += kBlockRows) {
+   const int64_t rows = std::min(kBlockRows, m - i0);
+   for (int64_t c0 = 0; c0 < n; c0 += kTileCols) {
+    const int64_t cols = std::min(kTileCols, n - c0);
+    for (int64_t p0 = 0; p0 < k; p0 += kDepth) {
+      const int64_t depth = std::min(kDepth, k - p0);
+      if constexpr (kTransB) {
+        // op(B)'s rows are B's columns: 16 of them at a time, each B row's piece read in one
+        // go (B's rows are often a multiple of 4 KiB apart: reading one value from each of 64
+        // rows would keep missing L1), written into 16 slab rows that stay in L1.
+        for (int64_t p = 0; p < depth; p += 16) {
+          const int64_t ps = std::min<int64_t>(16, depth - p);
+          for (int64_t j = 0; j < cols; ++j) {
+            const A* src = b + (c0 + j) * ldb + p0 + p;
+            for (int64_t q = 0; q < ps; ++q) slab[(p + q) * kTileCols + j] = src[q];
+          }
+          for (int64_t q = 0; q < ps; ++q) {
+            std::fill(slab + (p + q) * kTileCols + cols, slab + (p + q + 1) * kTileCols, A(0));
+          }
+        }
+      } else {
+        for (int64_t p = 0; p < depth; ++p) {
+          A* row = slab + p * kTileCols;
+          std::copy_n(b + (p0 + p) * ldb + c0, cols, row);
+          std::fill(row + cols, row + kTileCols, A(0));
+        }
+      }
+      TiledProduct<A, kTransA, false>(
+          rows, cols, depth, a + i0 * (kTransA ? 1 : lda) + p0 * a_step, lda,
+          [&](int64_t col) { return slab + col; }, kTileCols, accumulate || p0 > 0,
+          c + i0 * ldc + c0, ldc);
+    }
+   }
   }
 }
 
@@ -222,10 +305,35 @@ void PackedBlock(int64_t m, int64_t n, int64_t k, const A* a, int64_t lda, const
 #endif
 }
 
+template <typename A>
+bool SlabbedBlock(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const A* a,
+                  int64_t lda, const A* b, int64_t ldb, bool accumulate, A* c, int64_t ldc) {
+#if defined(TF_LSTM_PACKED_SIMD)
+  auto run = [&](auto trans_a_c, auto trans_b_c) {
+    SlabbedBlockSimd<A, decltype(trans_a_c)::value, decltype(trans_b_c)::value>(
+        m, n, k, a, lda, b, ldb, accumulate, c, ldc);
+  };
+  using Yes = std::true_type;
+  using No = std::false_type;
+  if (trans_a) {
+    trans_b ? run(Yes{}, Yes{}) : run(Yes{}, No{});
+  } else {
+    trans_b ? run(No{}, Yes{}) : run(No{}, No{});
+  }
+  return true;
+#else
+  return false;
+#endif
+}
+
 template void PackedBlock<float>(int64_t, int64_t, int64_t, const float*, int64_t, const float*,
                                  bool, float*, int64_t);
 template void PackedBlock<double>(int64_t, int64_t, int64_t, const double*, int64_t,
                                   const double*, bool, double*, int64_t);
+template bool SlabbedBlock<float>(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t,
+                               const float*, int64_t, bool, float*, int64_t);
+template bool SlabbedBlock<double>(bool, bool, int64_t, int64_t, int64_t, const double*, int64_t,
+                                const double*, int64_t, bool, double*, int64_t);
 
 }  // namespace TF_LSTM_GEMM_ISA
 }  // namespace gemm

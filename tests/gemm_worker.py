@@ -1,0 +1,119 @@
+"""Run in a subprocess by test_cpu_gemm.py: the ISA of the CPU GEMM blocks is picked once per
+process (TF_LSTM_OPS_CPU_ISA caps it), so each build is checked in a process of its own.
+
+usage: python gemm_worker.py [ISA]
+    prints "ISA <name>", one line per failed check, then "DONE <n checks>".
+"""
+
+import ctypes
+import mmap
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+if len(sys.argv) > 1:
+    os.environ["TF_LSTM_OPS_CPU_ISA"] = sys.argv[1]
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402,F401  (the library links against TensorFlow's)
+
+from tf_lstm_ops._loader import cpu_isa, find_library  # noqa: E402
+
+block = ctypes.CDLL(find_library()).tf_lstm_ops_gemm_block
+block.restype = ctypes.c_bool
+block.argtypes = [ctypes.c_int, ctypes.c_bool, ctypes.c_bool, ctypes.c_int64, ctypes.c_int64,
+                  ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                  ctypes.c_int64, ctypes.c_bool, ctypes.c_void_p, ctypes.c_int64]
+
+TOL = {np.float32: 2e-5, np.float64: 1e-12}
+PAD = 3  # extra columns in every leading dimension, filled with NaN: reading them poisons C
+SENTINEL = -7.25  # C's padding, which must come back untouched
+PAGE = mmap.PAGESIZE
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+checks = 0
+
+
+class Guarded:
+    """A [rows, cols] matrix with leading dimension cols + PAD whose last element ends where an
+    inaccessible page begins (its last row has no padding): a read or write past the operand's
+    end faults and kills the worker. `view` is the matrix, `ptr` its address."""
+
+    def __init__(self, rows, cols, dtype, fill):
+        item = np.dtype(dtype).itemsize
+        ld = cols + PAD
+        count = rows * ld - PAD
+        data_pages = (count * item + PAGE - 1) // PAGE
+        self.map = mmap.mmap(-1, (data_pages + 1) * PAGE)
+        base = ctypes.addressof(ctypes.c_char.from_buffer(self.map))
+        if libc.mprotect(base + data_pages * PAGE, PAGE, 0) != 0:  # PROT_NONE
+            raise OSError(ctypes.get_errno(), "mprotect")
+        offset = data_pages * PAGE - count * item
+        flat = np.frombuffer(self.map, dtype, count, offset)
+        flat[:] = fill
+        self.view = np.lib.stride_tricks.as_strided(flat, (rows, cols), (ld * item, item))
+        self.ptr, self.ld = base + offset, ld
+        self._padding = np.lib.stride_tricks.as_strided(flat[cols:], (rows - 1, PAD),
+                                                        (ld * item, item))
+
+    def padding(self):
+        """The PAD values after each row but the last."""
+        return self._padding
+
+
+def check(rng, dtype, trans_a, trans_b, m, n, k, accumulate):
+    global checks
+    checks += 1
+    a = Guarded(k if trans_a else m, m if trans_a else k, dtype, np.nan)
+    b = Guarded(n if trans_b else k, k if trans_b else n, dtype, np.nan)
+    c = Guarded(m, n, dtype, SENTINEL)
+    for operand in (a, b, c):
+        operand.view[...] = rng.uniform(-1, 1, operand.view.shape)
+    op_a = a.view.T if trans_a else a.view
+    op_b = b.view.T if trans_b else b.view
+    expect = op_a.astype(np.float64) @ op_b.astype(np.float64)
+    if accumulate:
+        expect += c.view
+    ok = block(np.dtype(dtype).itemsize, trans_a, trans_b, m, n, k, a.ptr, a.ld, b.ptr, b.ld,
+               accumulate, c.ptr, c.ld)
+    what = "%s trans_a=%d trans_b=%d m=%d n=%d k=%d accumulate=%d" % (
+        np.dtype(dtype).name, trans_a, trans_b, m, n, k, accumulate)
+    if not ok:
+        print("FAIL %s: not run" % what, flush=True)
+        return
+    # Each output sums k products of values in [-1, 1]: scale the tolerance with sqrt(k).
+    err = np.max(np.abs(c.view - expect), initial=0.0)
+    if not err <= TOL[dtype] * np.sqrt(k + 1):
+        print("FAIL %s: max error %.3g" % (what, err), flush=True)
+    if not np.all(c.padding() == SENTINEL):
+        print("FAIL %s: wrote outside C's m x n block" % what, flush=True)
+
+
+def main():
+    print("ISA %s" % cpu_isa(), flush=True)
+    rng = np.random.default_rng(7)
+    # Edges of the register tiles (6 rows, 16-lane vectors, 4 of them), the few-rows path (m <
+    # 12), the 256-deep slabs, the 384-row blocks, and the 2^27 multiply-add limit beyond which
+    # Eigen runs (both sides of it below).
+    ms, ns, ks = [1, 5, 6, 7, 11, 12, 13, 64, 385], [1, 15, 16, 17, 63, 64, 65, 130], [1, 3, 255,
+                                                                                      256, 257, 600]
+    for dtype in (np.float32, np.float64):
+        for trans_a in (False, True):
+            for trans_b in (False, True):
+                for accumulate in (False, True):
+                    for m in ms:
+                        for n in ns:
+                            check(rng, dtype, trans_a, trans_b, m, n, ks[rng.integers(len(ks))],
+                                  accumulate)
+                    for k in ks:
+                        check(rng, dtype, trans_a, trans_b, 13, 65, k, accumulate)
+        for trans_a, trans_b in ((False, False), (True, False), (False, True), (True, True)):
+            check(rng, dtype, trans_a, trans_b, 400, 560, 599, False)  # just under 2^27: tiles
+            check(rng, dtype, trans_a, trans_b, 400, 560, 600, True)  # just over: Eigen
+    print("DONE %d" % checks, flush=True)
+
+
+if __name__ == "__main__":
+    main()
