@@ -124,14 +124,21 @@ void ForwardUnits(int64_t batch, int64_t j0, int64_t j1, int64_t H, GateBlocks b
   for (int64_t b = 0; b < batch; ++b) {
     const GateMatrix<const A*> gx = xw.Row(b);
     const A* gr = rec + b * 4 * rec_gate - j0;
-    auto gate = [&](int block, int64_t j) {
-      return (gx.gate[block][j] + gr[block * rec_gate + j]) + bias[block * H + j];
+    // Each gate's three addends as plain pointers (see BackwardUnits).
+    struct Addends {
+      const A *x, *r, *b;
     };
+    auto addends = [&](int block) {
+      return Addends{gx.gate[block], gr + block * rec_gate, bias + block * H};
+    };
+    const Addends in_i = addends(blk.i), in_c = addends(blk.c), in_f = addends(blk.f),
+                  in_o = addends(blk.o);
+    auto gate = [](const Addends& in, int64_t j) { return (in.x[j] + in.r[j]) + in.b[j]; };
 #pragma GCC ivdep  // xw may be out's own i, f, ci, o, but only element k aliases element k
     for (int64_t j = j0; j < j1; ++j) {
       const int64_t k = b * H + j;
       const CellActivations<A> a = CellForward<A, Math>(
-          params, gate(blk.i, j), gate(blk.c, j), gate(blk.f, j), gate(blk.o, j), A(cs_prev[k]),
+          params, gate(in_i, j), gate(in_c, j), gate(in_f, j), gate(in_o, j), A(cs_prev[k]),
           kPeephole ? peep.wci[j] : A(0), kPeephole ? peep.wcf[j] : A(0),
           kPeephole ? peep.wco[j] : A(0));
       out.i[k] = T(a.i);
@@ -161,7 +168,19 @@ void BackwardUnits(int64_t b0, int64_t b1, int64_t j0, int64_t j1, int64_t H, Ga
                    const A* dc_carry, const A* dh_carry, const GateMatrix<A*>& dgates, A* stage,
                    A* dc_out) {
   for (int64_t b = b0; b < b1; ++b) {
+    // The row's destinations as plain pointers: indexed by the runtime blk inside the loop,
+    // the gate arrays stay in memory, are reloaded after every store, and the loop does not
+    // vectorise.
     const GateMatrix<A*> dg = dgates.Row(b);
+    A* const dg_i = dg.gate[blk.i];
+    A* const dg_c = dg.gate[blk.c];
+    A* const dg_f = dg.gate[blk.f];
+    A* const dg_o = dg.gate[blk.o];
+    A* const st = kStage ? stage + b * 4 * H : nullptr;
+    A* const st_i = kStage ? st + blk.i * H : nullptr;
+    A* const st_c = kStage ? st + blk.c * H : nullptr;
+    A* const st_f = kStage ? st + blk.f * H : nullptr;
+    A* const st_o = kStage ? st + blk.o * H : nullptr;
 #pragma GCC ivdep  // dgates may be act's own i, f, ci, o, but only element k aliases element k
     for (int64_t j = j0; j < j1; ++j) {
       const int64_t k = b * H + j;
@@ -174,14 +193,16 @@ void BackwardUnits(int64_t b0, int64_t b1, int64_t j0, int64_t j1, int64_t H, Ga
           A(out_grads.cs[k]) + dc_carry[k], A(out_grads.h[k]) + dh_carry[k],
           {direct(out_grads.i), direct(out_grads.f), direct(out_grads.o), direct(out_grads.ci),
            direct(out_grads.co)});
-      auto store = [&](const GateMatrix<A*>& to) {
-        to.gate[blk.i][j] = g.d_i;
-        to.gate[blk.c][j] = g.d_c;
-        to.gate[blk.f][j] = g.d_f;
-        to.gate[blk.o][j] = g.d_o;
-      };
-      store(dg);
-      if constexpr (kStage) store(GateMatrix<A*>::Interleaved(stage + b * 4 * H, H));
+      dg_i[j] = g.d_i;
+      dg_c[j] = g.d_c;
+      dg_f[j] = g.d_f;
+      dg_o[j] = g.d_o;
+      if constexpr (kStage) {
+        st_i[j] = g.d_i;
+        st_c[j] = g.d_c;
+        st_f[j] = g.d_f;
+        st_o[j] = g.d_o;
+      }
       dc_out[k] = g.cs_prev_grad;
     }
   }
