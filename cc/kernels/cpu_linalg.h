@@ -39,12 +39,76 @@ inline absl::Status AllocateScratch(OpKernelContext* ctx, int64_t n, Tensor* hol
   return absl::OkStatus();
 }
 
-// Runs fn(begin, end) over [0, n) on the op's intra-op pool; `cycles` is the cost of one index.
+// Runs fn(phase, unit) for every unit in [0, units) of every phase in [0, phases), in phase
+// order: all units of phase p finish before any unit of phase p + 1 starts, and what a unit
+// wrote is visible to the units of later phases. For the time loops of the RNN kernels, where a
+// step is tens of microseconds: a fork/join through the pool per step (threads that sleep and
+// are woken) costs about as much as the step, so the team's threads spin between phases instead.
+// A thread prefers unit (its index mod units), so a unit's slice of the weights tends to stay in
+// one core's cache. Deadlock-free and safe under a busy pool: the calling thread can do every
+// unit alone; a pool thread that starts late helps with what is left or finds nothing and exits
+// without touching `fn` (the shared state outlives this call).
+template <typename Fn>
+void RunPhases(const CPUDevice& d, int64_t phases, int units, Fn fn) {
+  if (phases <= 0 || units <= 0) return;
+  struct State {
+    explicit State(int units) : claimed(units) {
+      for (auto& c : claimed) c.store(-1, std::memory_order_relaxed);
+    }
+    std::atomic<int64_t> completed{0};          // units finished, over all phases
+    std::vector<std::atomic<int64_t>> claimed;  // per unit: the last phase it was claimed for
+    const std::function<void(int64_t, int)>* fn = nullptr;
+  };
+  const std::function<void(int64_t, int)> call = [&fn](int64_t p, int u) { fn(p, u); };
+  auto state = std::make_shared<State>(units);
+  state->fn = &call;
+  const int64_t total = phases * units;
+  auto work = [state, units, total](int preferred) {
+    int spins = 0;
+    for (;;) {
+      const int64_t done = state->completed.load(std::memory_order_acquire);
+      if (done >= total) return;
+      const int64_t phase = done / units;  // every unit of the earlier phases has finished
+      bool worked = false;
+      for (int k = 0; k < units; ++k) {
+        const int u = (preferred + k) % units;
+        int64_t expected = phase - 1;
+        if (state->claimed[u].load(std::memory_order_relaxed) == expected &&
+            state->claimed[u].compare_exchange_strong(expected, phase,
+                                                      std::memory_order_acq_rel)) {
+          (*state->fn)(phase, u);  // a successful claim means the call has not returned
+          state->completed.fetch_add(1, std::memory_order_acq_rel);
+          worked = true;
+        }
+      }
+      if (worked) {
+        spins = 0;
+      } else if (++spins < 4000) {
+#if defined(__x86_64__)
+        __builtin_ia32_pause();
+#endif
+      } else {
+        std::this_thread::yield();  // the thread we wait for may have lost its core
+      }
+    }
+  };
+  const int helpers = std::min(units, std::max(1, d.numThreads())) - 1;
+  for (int k = 1; k <= helpers; ++k) d.enqueue([work, k] { work(k); });
+  work(0);
+}
+
+// Runs fn(begin, end) over [0, n) on the op's intra-op pool, in as many shards as Eigen's cost
+// model finds worth a thread (`bytes` moved and `cycles` spent per index). The shards are
+// claimed through RunPhases, not handed out: a pool thread that is slow to wake (an idle vCPU
+// can take milliseconds) never holds up the caller, which then runs its shards itself.
 template <typename Fn>
 void ParallelFor(const CPUDevice& d, int64_t n, double bytes, double cycles, Fn fn) {
   if (n <= 0) return;
-  d.parallelFor(n, Eigen::TensorOpCost(bytes, bytes, cycles),
-                [&fn](Eigen::Index begin, Eigen::Index end) { fn(begin, end); });
+  const int threads = Eigen::TensorCostModel<CPUDevice>::numThreads(
+      static_cast<double>(n), Eigen::TensorOpCost(bytes, bytes, cycles), d.numThreads());
+  const int shards = static_cast<int>(std::min<int64_t>(n, std::max(1, threads)));
+  if (shards == 1) return fn(int64_t{0}, n);
+  RunPhases(d, 1, shards, [&](int64_t, int s) { fn(n * s / shards, n * (s + 1) / shards); });
 }
 
 // dst[k] = To(src[k]) for k < n.
@@ -92,10 +156,7 @@ void RunShards(const CPUDevice& d, int64_t units, double flops, double min_flops
                             static_cast<int64_t>(flops / min_flops)}));
   auto shard = [&](int64_t s) { run(units * s / shards, units * (s + 1) / shards); };
   if (shards == 1) return shard(0);
-  d.parallelFor(shards, Eigen::TensorOpCost(0, 0, flops / shards),
-                [&shard](Eigen::Index begin, Eigen::Index end) {
-                  for (Eigen::Index s = begin; s < end; ++s) shard(s);
-                });
+  RunPhases(d, 1, static_cast<int>(shards), [&](int64_t, int s) { shard(s); });
 }
 
 // C[m,n] = op(A)·op(B) (+ C when accumulate), row-major with leading dimensions lda, ldb, ldc.
@@ -288,64 +349,6 @@ inline void GemmBf16(const CPUDevice& d, int64_t m, int64_t n, int64_t k, const 
       gemm::PackedBlockBf16(r1 - r0, n, k, a + r0 * lda, lda, packed, accumulate, c + r0 * n, n);
     }
   });
-}
-
-// Runs fn(phase, unit) for every unit in [0, units) of every phase in [0, phases), in phase
-// order: all units of phase p finish before any unit of phase p + 1 starts, and what a unit
-// wrote is visible to the units of later phases. For the time loops of the RNN kernels, where a
-// step is tens of microseconds: a fork/join through the pool per step (threads that sleep and
-// are woken) costs about as much as the step, so the team's threads spin between phases instead.
-// A thread prefers unit (its index mod units), so a unit's slice of the weights tends to stay in
-// one core's cache. Deadlock-free and safe under a busy pool: the calling thread can do every
-// unit alone; a pool thread that starts late helps with what is left or finds nothing and exits
-// without touching `fn` (the shared state outlives this call).
-template <typename Fn>
-void RunPhases(const CPUDevice& d, int64_t phases, int units, Fn fn) {
-  if (phases <= 0 || units <= 0) return;
-  struct State {
-    explicit State(int units) : claimed(units) {
-      for (auto& c : claimed) c.store(-1, std::memory_order_relaxed);
-    }
-    std::atomic<int64_t> completed{0};          // units finished, over all phases
-    std::vector<std::atomic<int64_t>> claimed;  // per unit: the last phase it was claimed for
-    const std::function<void(int64_t, int)>* fn = nullptr;
-  };
-  const std::function<void(int64_t, int)> call = [&fn](int64_t p, int u) { fn(p, u); };
-  auto state = std::make_shared<State>(units);
-  state->fn = &call;
-  const int64_t total = phases * units;
-  auto work = [state, units, total](int preferred) {
-    int spins = 0;
-    for (;;) {
-      const int64_t done = state->completed.load(std::memory_order_acquire);
-      if (done >= total) return;
-      const int64_t phase = done / units;  // every unit of the earlier phases has finished
-      bool worked = false;
-      for (int k = 0; k < units; ++k) {
-        const int u = (preferred + k) % units;
-        int64_t expected = phase - 1;
-        if (state->claimed[u].load(std::memory_order_relaxed) == expected &&
-            state->claimed[u].compare_exchange_strong(expected, phase,
-                                                      std::memory_order_acq_rel)) {
-          (*state->fn)(phase, u);  // a successful claim means the call has not returned
-          state->completed.fetch_add(1, std::memory_order_acq_rel);
-          worked = true;
-        }
-      }
-      if (worked) {
-        spins = 0;
-      } else if (++spins < 4000) {
-#if defined(__x86_64__)
-        __builtin_ia32_pause();
-#endif
-      } else {
-        std::this_thread::yield();  // the thread we wait for may have lost its core
-      }
-    }
-  };
-  const int helpers = std::min(units, std::max(1, d.numThreads())) - 1;
-  for (int k = 1; k <= helpers; ++k) d.enqueue([work, k] { work(k); });
-  work(0);
 }
 
 }  // namespace cpu
