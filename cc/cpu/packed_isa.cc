@@ -228,39 +228,43 @@ void SlabbedBlockSimd(int64_t m, int64_t n, int64_t k, const A* a, int64_t lda, 
     return;
   }
   alignas(64) A slab[kDepth * kTileCols];
-  for (int64_t i0 = 0; i0 < m; i0 += kBlockRows) {
-   const int64_t rows = std::min(kBlockRows, m - i0);
-   for (int64_t c0 = 0; c0 < n; c0 += kTileCols) {
-    const int64_t cols = std::min(kTileCols, n - c0);
-    for (int64_t p0 = 0; p0 < k; p0 += kDepth) {
-      const int64_t depth = std::min(kDepth, k - p0);
-      if constexpr (kTransB) {
-        // op(B)'s rows are B's columns: 16 of them at a time, each B row's piece read in one
-        // go (B's rows are often a multiple of 4 KiB apart: reading one value from each of 64
-        // rows would keep missing L1), written into 16 slab rows that stay in L1.
-        for (int64_t p = 0; p < depth; p += 16) {
-          const int64_t ps = std::min<int64_t>(16, depth - p);
-          for (int64_t j = 0; j < cols; ++j) {
-            const A* src = b + (c0 + j) * ldb + p0 + p;
-            for (int64_t q = 0; q < ps; ++q) slab[(p + q) * kTileCols + j] = src[q];
-          }
-          for (int64_t q = 0; q < ps; ++q) {
-            std::fill(slab + (p + q) * kTileCols + cols, slab + (p + q + 1) * kTileCols, A(0));
-          }
+  // op(B)[p0 : p0 + depth, c0 : c0 + cols] into the slab, rows kTileCols apart, zero-padded.
+  auto copy_slab = [&](int64_t p0, int64_t depth, int64_t c0, int64_t cols) {
+    if constexpr (kTransB) {
+      // op(B)'s rows are B's columns: 16 of them at a time, each B row's piece read in one go
+      // (B's rows are often a multiple of 4 KiB apart: reading one value from each of 64 rows
+      // would keep missing L1), written into 16 slab rows that stay in L1.
+      for (int64_t p = 0; p < depth; p += 16) {
+        const int64_t ps = std::min<int64_t>(16, depth - p);
+        for (int64_t j = 0; j < cols; ++j) {
+          const A* src = b + (c0 + j) * ldb + p0 + p;
+          for (int64_t q = 0; q < ps; ++q) slab[(p + q) * kTileCols + j] = src[q];
         }
-      } else {
-        for (int64_t p = 0; p < depth; ++p) {
-          A* row = slab + p * kTileCols;
-          std::copy_n(b + (p0 + p) * ldb + c0, cols, row);
-          std::fill(row + cols, row + kTileCols, A(0));
+        for (int64_t q = 0; q < ps; ++q) {
+          std::fill(slab + (p + q) * kTileCols + cols, slab + (p + q + 1) * kTileCols, A(0));
         }
       }
-      TiledProduct<A, kTransA, false>(
-          rows, cols, depth, a + i0 * (kTransA ? 1 : lda) + p0 * a_step, lda,
-          [&](int64_t col) { return slab + col; }, kTileCols, accumulate || p0 > 0,
-          c + i0 * ldc + c0, ldc);
+    } else {
+      for (int64_t p = 0; p < depth; ++p) {
+        A* row = slab + p * kTileCols;
+        std::copy_n(b + (p0 + p) * ldb + c0, cols, row);
+        std::fill(row + cols, row + kTileCols, A(0));
+      }
     }
-   }
+  };
+  for (int64_t i0 = 0; i0 < m; i0 += kBlockRows) {
+    const int64_t rows = std::min(kBlockRows, m - i0);
+    for (int64_t c0 = 0; c0 < n; c0 += kTileCols) {
+      const int64_t cols = std::min(kTileCols, n - c0);
+      for (int64_t p0 = 0; p0 < k; p0 += kDepth) {
+        const int64_t depth = std::min(kDepth, k - p0);
+        copy_slab(p0, depth, c0, cols);
+        TiledProduct<A, kTransA, false>(
+            rows, cols, depth, a + i0 * (kTransA ? 1 : lda) + p0 * a_step, lda,
+            [&](int64_t col) { return slab + col; }, kTileCols, accumulate || p0 > 0,
+            c + i0 * ldc + c0, ldc);
+      }
+    }
   }
 }
 
