@@ -91,8 +91,50 @@ def check(rng, dtype, trans_a, trans_b, m, n, k, accumulate):
         print("FAIL %s: wrote outside C's m x n block" % what, flush=True)
 
 
+convert = ctypes.CDLL(find_library()).tf_lstm_ops_bf16_convert
+convert.restype = None
+convert.argtypes = [ctypes.c_bool, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+
+
+def check_bf16_conversions(rng):
+    """float32 -> bfloat16 -> float32 bit for bit as Eigen::bfloat16(float), which the kernels
+    used before (round to nearest even; NaN to 0x7FC0 with its sign) and, NaNs aside, as
+    TensorFlow's own casts (whose vectorised path drops a NaN's sign): ties both ways, the largest
+    finite values (rounding up to inf), denormals, infinities, NaNs of both signs and payloads,
+    and random bit patterns; lengths that leave vector remainders."""
+    global checks
+    special = np.array([0x00000000, 0x80000000, 0x3F808000, 0x3F818000, 0x3F807FFF, 0x3F808001,
+                        0x7F7FFFFF, 0xFF7FFFFF, 0x7F7F7FFF, 0x00000001, 0x807FFFFF, 0x00408000,
+                        0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00001, 0x7F800001, 0xFFBFFFFF],
+                       np.uint32)
+    for n in (1, 15, 16, 17, 33, 1000):
+        checks += 1
+        bits = np.concatenate([special, rng.integers(0, 2**32, n, dtype=np.uint64)
+                               .astype(np.uint32)])[:max(n, len(special))]
+        values = bits.view(np.float32)
+        got = np.zeros(len(bits), np.uint16)
+        convert(True, values.ctypes.data, got.ctypes.data, len(bits))
+        nan = (bits & 0x7FFFFFFF) > 0x7F800000
+        rounded = ((bits.astype(np.uint64) + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+        expect = np.where(nan, ((bits >> 16) & 0x8000) | 0x7FC0, rounded).astype(np.uint16)
+        tf_cast = tf.bitcast(tf.cast(tf.constant(values), tf.bfloat16), tf.uint16).numpy()
+        if not np.array_equal(expect[~nan], tf_cast[~nan]):
+            print("FAIL the test's own rounding disagrees with tf.cast n=%d" % n, flush=True)
+        if not np.array_equal(got, expect):
+            bad = np.flatnonzero(got != expect)[:5]
+            print("FAIL float->bf16 n=%d: at %s got %s expected %s (inputs %s)" % (
+                n, bad, [hex(v) for v in got[bad]], [hex(v) for v in expect[bad]],
+                [hex(v) for v in bits[bad]]), flush=True)
+        back = np.zeros(len(bits), np.float32)
+        convert(False, got.ctypes.data, back.ctypes.data, len(bits))
+        expect_back = tf.cast(tf.bitcast(tf.constant(got), tf.bfloat16), tf.float32).numpy()
+        if not np.array_equal(back.view(np.uint32), expect_back.view(np.uint32)):
+            print("FAIL bf16->float n=%d" % n, flush=True)
+
+
 def main():
     print("ISA %s" % cpu_isa(), flush=True)
+    check_bf16_conversions(np.random.default_rng(3))
     rng = np.random.default_rng(7)
     # Edges of the register tiles (6 rows, 16-lane vectors, 4 of them), the few-rows path (m <
     # 12), the 256-deep slabs, the 384-row blocks, and the 2^27 multiply-add limit beyond which

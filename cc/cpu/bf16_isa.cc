@@ -92,6 +92,47 @@ void TileOfRows(int vecs, int64_t k, const uint16_t* a, int64_t lda, const uint1
 
 }  // namespace
 
+// A whole panel's complete row pairs (gemm.h's layout): op(B)'s rows 2q and 2q + 1 interleaved,
+// 16 columns. Row-major B: two rows' 16 values unpacked into pairs. Transposed B (op(B)'s
+// columns contiguous): a pair is one 32-bit word of a column, so a packed row is a gather of 16
+// words ldb values apart. Returns the number of pairs packed (k / 2).
+int64_t PackPanelPairsBf16(bool trans_b, int64_t k, const uint16_t* b, int64_t ldb,
+                           uint16_t* panel) {
+  const int64_t pairs = k / 2;
+  if (!trans_b) {
+    for (int64_t q = 0; q < pairs; ++q) {
+      const uint16_t* even = b + 2 * q * ldb;
+      const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(even));
+      const __m256i o = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(even + ldb));
+      // Per 128-bit lane: lo holds the pairs of columns 0-3 and 8-11, hi of 4-7 and 12-15.
+      const __m256i lo = _mm256_unpacklo_epi16(e, o), hi = _mm256_unpackhi_epi16(e, o);
+      uint16_t* row = panel + q * 2 * kPanelWidth;
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(row), _mm256_permute2x128_si256(lo, hi, 0x20));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + 16),
+                          _mm256_permute2x128_si256(lo, hi, 0x31));
+    }
+    return pairs;
+  }
+  if (15 * ldb + k > (int64_t{1} << 30)) {  // gather offsets must fit an int32 (in bytes / 2)
+    for (int j = 0; j < kPanelWidth; ++j) {
+      for (int64_t q = 0; q < pairs; ++q) {
+        std::memcpy(panel + q * 2 * kPanelWidth + 2 * j, b + j * ldb + 2 * q, 2 * sizeof(*b));
+      }
+    }
+    return pairs;
+  }
+  const __m512i columns = _mm512_mullo_epi32(
+      _mm512_set1_epi32(static_cast<int>(ldb)),
+      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  for (int64_t q = 0; q < pairs; ++q) {
+    const __m512i words = _mm512_mask_i32gather_epi32(
+        _mm512_setzero_si512(), static_cast<__mmask16>(0xFFFF),
+        _mm512_add_epi32(columns, _mm512_set1_epi32(static_cast<int>(2 * q))), b, 2);
+    _mm512_storeu_si512(panel + q * 2 * kPanelWidth, words);
+  }
+  return pairs;
+}
+
 void PackedBlockBf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                      const uint16_t* packed, bool accumulate, float* c, int64_t ldc) {
   constexpr int64_t kTileCols = int64_t{kTileVecs} * kPanelWidth;

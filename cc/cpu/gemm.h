@@ -43,6 +43,13 @@ inline int64_t PackedSizeBf16(int64_t k, int64_t n) { return (k + 1) / 2 * 2 * P
 void PackPanelsBf16(bool trans_b, int64_t k, int64_t n, const uint16_t* b, int64_t ldb,
                     uint16_t* packed);
 
+// bfloat16 conversions (bf16 as its bits): float to bf16 rounds to nearest even, NaN to a quiet
+// NaN of the same sign (0x7FC0 / 0xFFC0), exactly as Eigen::bfloat16(float) does; bf16 to float
+// is exact. Vectorised by the ISA builds (Eigen's scalar conversion is a large share of a
+// bfloat16 op's time at small batches).
+void FloatToBf16(const float* src, uint16_t* dst, int64_t n);
+void Bf16ToFloat(const uint16_t* src, float* dst, int64_t n);
+
 // Whether this CPU has a bf16 dot product (AVX512-BF16) for PackedBlockBf16. Without it the
 // callers convert bf16 to fp32 and use the fp32 blocks instead.
 bool HasBf16Dot();

@@ -18,9 +18,13 @@ namespace gemm {
   template <typename A>                                                                          \
   void PackedBlock(int64_t m, int64_t n, int64_t k, const A* a, int64_t lda, const A* packed,    \
                    bool accumulate, A* c, int64_t ldc);                                          \
+  void FloatToBf16(const float* src, uint16_t* dst, int64_t n);                                  \
+  void Bf16ToFloat(const uint16_t* src, float* dst, int64_t n);                                  \
   }
 #if defined(__x86_64__)
 namespace avx512_bf16 {
+int64_t PackPanelPairsBf16(bool trans_b, int64_t k, const uint16_t* b, int64_t ldb,
+                           uint16_t* panel);
 void PackedBlockBf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                      const uint16_t* packed, bool accumulate, float* c, int64_t ldc);
 }
@@ -142,6 +146,38 @@ template void Block<double>(bool, bool, int64_t, int64_t, int64_t, const double*
 
 bool HasBf16Dot() { return Selected() == Isa::kAvx512Bf16; }
 
+void FloatToBf16(const float* src, uint16_t* dst, int64_t n) {
+#if defined(__x86_64__)
+  switch (Selected()) {
+    case Isa::kAvx512Bf16:
+    case Isa::kAvx512:
+      return avx512::FloatToBf16(src, dst, n);
+    case Isa::kAvx2:
+      return avx2::FloatToBf16(src, dst, n);
+    default:
+      return avx::FloatToBf16(src, dst, n);
+  }
+#else
+  generic::FloatToBf16(src, dst, n);
+#endif
+}
+
+void Bf16ToFloat(const uint16_t* src, float* dst, int64_t n) {
+#if defined(__x86_64__)
+  switch (Selected()) {
+    case Isa::kAvx512Bf16:
+    case Isa::kAvx512:
+      return avx512::Bf16ToFloat(src, dst, n);
+    case Isa::kAvx2:
+      return avx2::Bf16ToFloat(src, dst, n);
+    default:
+      return avx::Bf16ToFloat(src, dst, n);
+  }
+#else
+  generic::Bf16ToFloat(src, dst, n);
+#endif
+}
+
 void PackPanelsBf16(bool trans_b, int64_t k, int64_t n, const uint16_t* b, int64_t ldb,
                     uint16_t* packed) {
   const int64_t pairs = (k + 1) / 2;
@@ -149,9 +185,17 @@ void PackPanelsBf16(bool trans_b, int64_t k, int64_t n, const uint16_t* b, int64
     uint16_t* panel = packed + c0 * pairs * 2;
     const int64_t cols = std::min<int64_t>(kPanelWidth, n - c0);
     int64_t q0 = 0;  // the pairs before q0 are packed by the fast loops below
-    if (cols == kPanelWidth) {
-      // A whole panel's complete pairs: straight copies, no padding and no per-element branches
-      // (packing is per call, and at small batches it costs as much as the products).
+    bool packed_whole = false;
+#if defined(__x86_64__)
+    if (cols == kPanelWidth && HasBf16Dot()) {
+      // A whole panel's complete pairs with AVX-512 (packing is per call, and at small batches
+      // it costs as much as the products).
+      q0 = avx512_bf16::PackPanelPairsBf16(trans_b, k, b + c0 * (trans_b ? ldb : 1), ldb, panel);
+      packed_whole = true;
+    }
+#endif
+    if (cols == kPanelWidth && !packed_whole) {
+      // The same in straight copies, no padding and no per-element branches.
       q0 = k / 2;
       if (!trans_b) {
         for (int64_t q = 0; q < q0; ++q) {
@@ -256,4 +300,15 @@ extern "C" __attribute__((visibility("default"))) bool tf_lstm_ops_gemm_block(
   if (element_bytes == 4) return run(static_cast<float*>(c));
   if (element_bytes == 8) return run(static_cast<double*>(c));
   return false;
+}
+
+// For the tests (through ctypes): gemm::FloatToBf16 (to_bf16) or gemm::Bf16ToFloat over n values,
+// bf16 as its bits.
+extern "C" __attribute__((visibility("default"))) void tf_lstm_ops_bf16_convert(
+    bool to_bf16, const void* src, void* dst, int64_t n) {
+  if (to_bf16) {
+    tf_lstm_ops::gemm::FloatToBf16(static_cast<const float*>(src), static_cast<uint16_t*>(dst), n);
+  } else {
+    tf_lstm_ops::gemm::Bf16ToFloat(static_cast<const uint16_t*>(src), static_cast<float*>(dst), n);
+  }
 }

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "cc/cpu/gemm.h"
@@ -328,6 +329,23 @@ bool SlabbedBlock(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
 #else
   return false;
 #endif
+}
+
+void FloatToBf16(const float* src, uint16_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, src + i, sizeof(bits));
+    const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+    const uint32_t quiet_nan = ((bits >> 16) & 0x8000u) | 0x7FC0u;
+    dst[i] = static_cast<uint16_t>((bits & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded);
+  }
+}
+
+void Bf16ToFloat(const uint16_t* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t bits = uint32_t{src[i]} << 16;
+    std::memcpy(dst + i, &bits, sizeof(bits));
+  }
 }
 
 template void PackedBlock<float>(int64_t, int64_t, int64_t, const float*, int64_t, const float*,

@@ -125,6 +125,18 @@ void Convert(const CPUDevice& d, const From* src, double* dst, int64_t n) {
   });
 }
 
+// float <-> bfloat16 through the ISA builds' vectorised conversions (the same values as Eigen's).
+inline void Convert(const CPUDevice& d, const float* src, Eigen::bfloat16* dst, int64_t n) {
+  ParallelFor(d, n, 6, 1, [&](int64_t begin, int64_t end) {
+    gemm::FloatToBf16(src + begin, reinterpret_cast<uint16_t*>(dst) + begin, end - begin);
+  });
+}
+inline void Convert(const CPUDevice& d, const Eigen::bfloat16* src, float* dst, int64_t n) {
+  ParallelFor(d, n, 6, 1, [&](int64_t begin, int64_t end) {
+    gemm::Bf16ToFloat(reinterpret_cast<const uint16_t*>(src) + begin, dst + begin, end - begin);
+  });
+}
+
 // `n` values of T seen as A: the buffer itself when T == A, otherwise a converted scratch copy.
 template <typename T, typename A>
 absl::Status AsAcc(OpKernelContext* ctx, const T* src, int64_t n, Tensor* holder, const A** out) {
