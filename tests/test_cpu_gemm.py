@@ -34,4 +34,4 @@ def test_gemm_blocks_match_numpy(isa):
         proc.returncode, lines[-1], proc.stderr[-3000:])
     assert not failures, "\n".join(failures[:20])
     assert lines[-1].startswith("DONE "), proc.stdout[-2000:]
-    assert int(lines[-1].split()[1]) == 6 + 2 * 8 * (9 * 8 + 6) + 2 * 8  # every check ran
+    assert int(lines[-1].split()[1]) == 8 + 2 * 8 * (9 * 8 + 6) + 2 * 8  # every check ran

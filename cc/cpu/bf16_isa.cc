@@ -113,7 +113,7 @@ int64_t PackPanelPairsBf16(bool trans_b, int64_t k, const uint16_t* b, int64_t l
     }
     return pairs;
   }
-  if (15 * ldb + k > (int64_t{1} << 30)) {  // gather offsets must fit an int32 (in bytes / 2)
+  if (15 * ldb + k > (int64_t{1} << 30)) {  // the gather's indices (uint16 offsets) are int32
     for (int j = 0; j < kPanelWidth; ++j) {
       for (int64_t q = 0; q < pairs; ++q) {
         std::memcpy(panel + q * 2 * kPanelWidth + 2 * j, b + j * ldb + 2 * q, 2 * sizeof(*b));
