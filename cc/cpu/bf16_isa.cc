@@ -92,12 +92,13 @@ void TileOfRows(int vecs, int64_t k, const uint16_t* a, int64_t lda, const uint1
 
 }  // namespace
 
-// A whole panel's complete row pairs (gemm.h's layout): op(B)'s rows 2q and 2q + 1 interleaved,
-// 16 columns. Row-major B: two rows' 16 values unpacked into pairs. Transposed B (op(B)'s
-// columns contiguous): a pair is one 32-bit word of a column, so a packed row is a gather of 16
-// words ldb values apart. Returns the number of pairs packed (k / 2).
-int64_t PackPanelPairsBf16(bool trans_b, int64_t k, const uint16_t* b, int64_t ldb,
-                           uint16_t* panel) {
+// A whole panel's complete row pairs (gemm.h's layout, k / 2 of them): op(B)'s rows 2q and
+// 2q + 1 interleaved, 16 columns. Row-major B: two rows' 16 values unpacked into pairs.
+// Transposed B (op(B)'s columns contiguous): a pair is one 32-bit word of a column, so a packed
+// row is a gather of 16 words ldb values apart; false (nothing written) when the gather's int32
+// indices (uint16 offsets) cannot reach them.
+bool PackPanelPairsBf16(bool trans_b, int64_t k, const uint16_t* b, int64_t ldb,
+                        uint16_t* panel) {
   const int64_t pairs = k / 2;
   if (!trans_b) {
     for (int64_t q = 0; q < pairs; ++q) {
@@ -111,16 +112,9 @@ int64_t PackPanelPairsBf16(bool trans_b, int64_t k, const uint16_t* b, int64_t l
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + 16),
                           _mm256_permute2x128_si256(lo, hi, 0x31));
     }
-    return pairs;
+    return true;
   }
-  if (15 * ldb + k > (int64_t{1} << 30)) {  // the gather's indices (uint16 offsets) are int32
-    for (int j = 0; j < kPanelWidth; ++j) {
-      for (int64_t q = 0; q < pairs; ++q) {
-        std::memcpy(panel + q * 2 * kPanelWidth + 2 * j, b + j * ldb + 2 * q, 2 * sizeof(*b));
-      }
-    }
-    return pairs;
-  }
+  if (15 * ldb + k > (int64_t{1} << 30)) return false;
   const __m512i columns = _mm512_mullo_epi32(
       _mm512_set1_epi32(static_cast<int>(ldb)),
       _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
@@ -130,7 +124,7 @@ int64_t PackPanelPairsBf16(bool trans_b, int64_t k, const uint16_t* b, int64_t l
         _mm512_add_epi32(columns, _mm512_set1_epi32(static_cast<int>(2 * q))), b, 2);
     _mm512_storeu_si512(panel + q * 2 * kPanelWidth, words);
   }
-  return pairs;
+  return true;
 }
 
 void PackedBlockBf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,

@@ -23,8 +23,8 @@ namespace gemm {
   }
 #if defined(__x86_64__)
 namespace avx512_bf16 {
-int64_t PackPanelPairsBf16(bool trans_b, int64_t k, const uint16_t* b, int64_t ldb,
-                           uint16_t* panel);
+bool PackPanelPairsBf16(bool trans_b, int64_t k, const uint16_t* b, int64_t ldb,
+                        uint16_t* panel);
 void PackedBlockBf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                      const uint16_t* packed, bool accumulate, float* c, int64_t ldc);
 }
@@ -69,40 +69,32 @@ Isa Selected() {
 
 }  // namespace
 
+// `return ISA::call;` for the ISA build Selected() picks (the bf16-dot CPU runs the avx512 build).
+#if defined(__x86_64__)
+#define TF_LSTM_ON_SELECTED_ISA(call)   \
+  switch (Selected()) {                 \
+    case Isa::kAvx512Bf16:              \
+    case Isa::kAvx512:                  \
+      return avx512::call;              \
+    case Isa::kAvx2:                    \
+      return avx2::call;                \
+    default:                            \
+      return avx::call;                 \
+  }
+#else
+#define TF_LSTM_ON_SELECTED_ISA(call) return generic::call;
+#endif
+
 template <typename A>
 void Block(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const A* a, int64_t lda,
            const A* b, int64_t ldb, bool accumulate, A* c, int64_t ldc) {
-#if defined(__x86_64__)
-  switch (Selected()) {
-    case Isa::kAvx512Bf16:
-    case Isa::kAvx512:
-      return avx512::Block(trans_a, trans_b, m, n, k, a, lda, b, ldb, accumulate, c, ldc);
-    case Isa::kAvx2:
-      return avx2::Block(trans_a, trans_b, m, n, k, a, lda, b, ldb, accumulate, c, ldc);
-    default:
-      return avx::Block(trans_a, trans_b, m, n, k, a, lda, b, ldb, accumulate, c, ldc);
-  }
-#else
-  generic::Block(trans_a, trans_b, m, n, k, a, lda, b, ldb, accumulate, c, ldc);
-#endif
+  TF_LSTM_ON_SELECTED_ISA(Block(trans_a, trans_b, m, n, k, a, lda, b, ldb, accumulate, c, ldc))
 }
 
 template <typename A>
 void PackedBlock(int64_t m, int64_t n, int64_t k, const A* a, int64_t lda, const A* packed,
                  bool accumulate, A* c, int64_t ldc) {
-#if defined(__x86_64__)
-  switch (Selected()) {
-    case Isa::kAvx512Bf16:
-    case Isa::kAvx512:
-      return avx512::PackedBlock(m, n, k, a, lda, packed, accumulate, c, ldc);
-    case Isa::kAvx2:
-      return avx2::PackedBlock(m, n, k, a, lda, packed, accumulate, c, ldc);
-    default:
-      return avx::PackedBlock(m, n, k, a, lda, packed, accumulate, c, ldc);
-  }
-#else
-  generic::PackedBlock(m, n, k, a, lda, packed, accumulate, c, ldc);
-#endif
+  TF_LSTM_ON_SELECTED_ISA(PackedBlock(m, n, k, a, lda, packed, accumulate, c, ldc))
 }
 
 template <typename A>
@@ -147,36 +139,51 @@ template void Block<double>(bool, bool, int64_t, int64_t, int64_t, const double*
 bool HasBf16Dot() { return Selected() == Isa::kAvx512Bf16; }
 
 void FloatToBf16(const float* src, uint16_t* dst, int64_t n) {
-#if defined(__x86_64__)
-  switch (Selected()) {
-    case Isa::kAvx512Bf16:
-    case Isa::kAvx512:
-      return avx512::FloatToBf16(src, dst, n);
-    case Isa::kAvx2:
-      return avx2::FloatToBf16(src, dst, n);
-    default:
-      return avx::FloatToBf16(src, dst, n);
-  }
-#else
-  generic::FloatToBf16(src, dst, n);
-#endif
+  TF_LSTM_ON_SELECTED_ISA(FloatToBf16(src, dst, n))
 }
 
 void Bf16ToFloat(const uint16_t* src, float* dst, int64_t n) {
+  TF_LSTM_ON_SELECTED_ISA(Bf16ToFloat(src, dst, n))
+}
+#undef TF_LSTM_ON_SELECTED_ISA
+
+namespace {
+// A whole panel's complete pairs with AVX-512 (bf16_isa.cc); false where it cannot (no bf16 dot
+// product here, or gather offsets beyond an int32) and the portable loops must.
+bool PackedPairsFast(bool trans_b, int64_t k, const uint16_t* b, int64_t ldb, uint16_t* panel) {
 #if defined(__x86_64__)
-  switch (Selected()) {
-    case Isa::kAvx512Bf16:
-    case Isa::kAvx512:
-      return avx512::Bf16ToFloat(src, dst, n);
-    case Isa::kAvx2:
-      return avx2::Bf16ToFloat(src, dst, n);
-    default:
-      return avx::Bf16ToFloat(src, dst, n);
-  }
+  return HasBf16Dot() && avx512_bf16::PackPanelPairsBf16(trans_b, k, b, ldb, panel);
 #else
-  generic::Bf16ToFloat(src, dst, n);
+  return false;
 #endif
 }
+
+// The same in straight copies, no padding and no per-element branches.
+void PackPanelPairsPortable(bool trans_b, int64_t k, const uint16_t* b, int64_t ldb,
+                            uint16_t* panel) {
+  const int64_t pairs = k / 2;
+  if (!trans_b) {
+    for (int64_t q = 0; q < pairs; ++q) {
+      const uint16_t* even = b + 2 * q * ldb;
+      const uint16_t* odd = even + ldb;
+      uint16_t* row = panel + q * 2 * kPanelWidth;
+      for (int j = 0; j < kPanelWidth; ++j) {
+        row[2 * j] = even[j];
+        row[2 * j + 1] = odd[j];
+      }
+    }
+    return;
+  }
+  for (int j = 0; j < kPanelWidth; ++j) {
+    const uint16_t* column = b + j * ldb;  // op(B)'s column j, contiguous
+    for (int64_t q = 0; q < pairs; ++q) {
+      panel[q * 2 * kPanelWidth + 2 * j] = column[2 * q];
+      panel[q * 2 * kPanelWidth + 2 * j + 1] = column[2 * q + 1];
+    }
+  }
+}
+
+}  // namespace
 
 void PackPanelsBf16(bool trans_b, int64_t k, int64_t n, const uint16_t* b, int64_t ldb,
                     uint16_t* packed) {
@@ -184,37 +191,14 @@ void PackPanelsBf16(bool trans_b, int64_t k, int64_t n, const uint16_t* b, int64
   for (int64_t c0 = 0; c0 < n; c0 += kPanelWidth) {
     uint16_t* panel = packed + c0 * pairs * 2;
     const int64_t cols = std::min<int64_t>(kPanelWidth, n - c0);
-    int64_t q0 = 0;  // the pairs before q0 are packed by the fast loops below
-    bool packed_whole = false;
-#if defined(__x86_64__)
-    if (cols == kPanelWidth && HasBf16Dot()) {
-      // A whole panel's complete pairs with AVX-512 (packing is per call, and at small batches
-      // it costs as much as the products).
-      q0 = avx512_bf16::PackPanelPairsBf16(trans_b, k, b + c0 * (trans_b ? ldb : 1), ldb, panel);
-      packed_whole = true;
-    }
-#endif
-    if (cols == kPanelWidth && !packed_whole) {
-      // The same in straight copies, no padding and no per-element branches.
+    int64_t q0 = 0;  // the pairs before q0 are packed by the whole-panel loops below
+    if (cols == kPanelWidth) {
+      // A whole panel's complete pairs: with AVX-512 where the CPU has it (packing is per call,
+      // and at small batches it costs as much as the products), else portably.
       q0 = k / 2;
-      if (!trans_b) {
-        for (int64_t q = 0; q < q0; ++q) {
-          const uint16_t* even = b + 2 * q * ldb + c0;
-          const uint16_t* odd = even + ldb;
-          uint16_t* row = panel + q * 2 * kPanelWidth;
-          for (int j = 0; j < kPanelWidth; ++j) {
-            row[2 * j] = even[j];
-            row[2 * j + 1] = odd[j];
-          }
-        }
-      } else {
-        for (int j = 0; j < kPanelWidth; ++j) {
-          const uint16_t* column = b + (c0 + j) * ldb;  // op(B)'s column c0 + j, contiguous
-          for (int64_t q = 0; q < q0; ++q) {
-            panel[q * 2 * kPanelWidth + 2 * j] = column[2 * q];
-            panel[q * 2 * kPanelWidth + 2 * j + 1] = column[2 * q + 1];
-          }
-        }
+      const uint16_t* panel_b = b + c0 * (trans_b ? ldb : 1);
+      if (!PackedPairsFast(trans_b, k, panel_b, ldb, panel)) {
+        PackPanelPairsPortable(trans_b, k, panel_b, ldb, panel);
       }
     }
     for (int64_t q = q0; q < pairs; ++q) {
