@@ -110,7 +110,7 @@ def rng(request):
 def nvcc():
     """nvcc's path (cc/gpu/selftest/build.py); skips the test when it is missing: the only reason
     to skip the self-test module's tests, without nvcc nothing can be built."""
-    from cc.gpu.selftest import build  # pytest.ini puts the repo on sys.path
+    from tools.gpu_selftest import build  # pytest.ini puts the repo on sys.path
 
     try:
         return build.find_nvcc()
@@ -122,7 +122,7 @@ def nvcc():
 def selftest_module(nvcc):
     """The GPU self-test module (cc/gpu/selftest), built with nvcc for sm_80 and loaded once per
     session; shared by tests/test_gpu_lstm_engine.py and tests/test_gpu_rnn_engine.py."""
-    from cc.gpu.selftest import build
+    from tools.gpu_selftest import build
 
     return build.load(arch="80")
 

@@ -12,7 +12,7 @@ Skipped only when nvcc is missing.
 import numpy as np
 import pytest
 
-from cc.gpu.selftest import lstm_checks as checks  # noqa: E402  (pytest.ini: repo on sys.path)
+from tools.gpu_selftest import lstm_checks as checks  # noqa: E402  (pytest.ini: repo on sys.path)
 
 DTYPES = checks.DTYPES
 SHAPES = checks.SEQ_SHAPES

@@ -10,7 +10,7 @@ import pytest
 
 import cudnn_reference as R
 
-from cc.gpu.selftest import rnn_checks as C  # noqa: E402  (pytest.ini: repo on sys.path)
+from tools.gpu_selftest import rnn_checks as C  # noqa: E402  (pytest.ini: repo on sys.path)
 
 CASES = C.engine_cases()
 

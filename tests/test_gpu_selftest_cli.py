@@ -24,12 +24,12 @@ import cudnn_reference as R
 import reference as block_ref
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SELFTEST = os.path.join(ROOT, "cc", "gpu", "selftest")
+SELFTEST = os.path.join(ROOT, "tools", "gpu_selftest")
 CLI = os.path.join(SELFTEST, "gpu_selftest.py")
 
 
-from cc.gpu.selftest import gpu_selftest as cli  # noqa: E402  (pytest.ini: repo on sys.path)
-from cc.gpu.selftest import torch_checks as tc  # noqa: E402
+from tools.gpu_selftest import gpu_selftest as cli  # noqa: E402  (pytest.ini: repo on sys.path)
+from tools.gpu_selftest import torch_checks as tc  # noqa: E402
 
 
 def _have_torch():

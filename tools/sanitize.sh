@@ -28,7 +28,7 @@ BAZEL=${BAZEL:-tools/bazel}
 export TF_LSTM_OPS_SELFTEST_HOST_FLAGS="-fsanitize=address -fsanitize=undefined \
   -fno-omit-frame-pointer"
 if command -v nvcc >/dev/null || [ -n "${CUDA_HOME:-}" ] || [ -n "${NVCC:-}" ]; then
-  .venv/bin/python cc/gpu/selftest/build.py --arch 80
+  .venv/bin/python tools/gpu_selftest/build.py --arch 80
 fi
 
 # TensorFlow itself is not instrumented: the ASan runtime must be loaded before it (LD_PRELOAD),

@@ -43,8 +43,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "cc/kernels/host_device.h"
-#include "cc/kernels/lstm_cell.h"
+#include "cc/core/host_device.h"
+#include "cc/core/lstm_cell.h"
 
 namespace tf_lstm_ops {
 namespace gpu {

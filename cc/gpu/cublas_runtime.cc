@@ -12,7 +12,7 @@
 #include <unordered_map>
 
 #include "cc/gpu/common.h"
-#include "cc/gpu/rnn_gpu.h"
+#include "cc/gpu/launchers.h"
 
 namespace tf_lstm_ops {
 namespace gpu {

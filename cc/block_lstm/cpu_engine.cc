@@ -1,0 +1,750 @@
+// CPU (Eigen ThreadPoolDevice) implementation of the LSTM functors.
+//
+// Structure (the same one the GPU path follows): the input projection x·Wx of a chunk of steps
+// is one GEMM (per gate block when it goes into the i, f, ci, o outputs); each step does only the
+// recurrent GEMM h·Wh and one fused element-wise pass (bias, activations, state update, saved
+// activations). Backward does one element-wise pass and one dgates·Whᵀ GEMM per step, then dx,
+// dW, db and the peephole gradients as GEMMs/reductions over the sweep's dgates: the whole
+// sequence's when they are kept in place, else each chunk's. half/bfloat16 compute in float
+// (GEMMs accumulate in float).
+//
+// Memory: float and double keep no sequence-sized scratch. The forward writes the input
+// projection straight into the i, f, ci, o outputs; the backward, when TensorFlow lets it take
+// over the saved i, f, ci, o (see TakeOverGateInputs), stores each gate's gradient in place of
+// the gate and uses the not-yet-written x_grad and w_grad outputs as the sweep's scratch.
+// Otherwise it keeps dgates for one chunk of steps at a time.
+#define EIGEN_USE_THREADS
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "cc/cpu/linalg.h"
+#include "cc/core/lstm_cell.h"
+#include "cc/tf/block_lstm/functor.h"
+
+namespace tf_lstm_ops {
+namespace {
+
+using namespace cpu;  // NOLINT: the shared CPU building blocks (CPUDevice, Gemm, ...)
+
+// Whether a T = bfloat16 op multiplies the stored bf16 values with the CPU's bf16 dot product
+// (AVX512-BF16), and those values' bits.
+template <typename T>
+bool UsesBf16Dot() {
+  if constexpr (std::is_same_v<T, Eigen::bfloat16>) return gemm::HasBf16Dot();
+  return false;
+}
+template <typename T>
+const uint16_t* Bf16Bits(const T* p) {
+  return reinterpret_cast<const uint16_t*>(p);
+}
+
+// Backward runs that kept dgates in place (TakeOverGateInputs); read by the tests through
+// tf_lstm_ops_in_place_backward_runs().
+std::atomic<int64_t> in_place_backward_runs{0};
+
+// Per-row values of the four gates, block k (W's column block k, in the layout's order) of row
+// r at gate[k][r·ld + j], j < H: either one interleaved [rows, 4H] matrix (a scratch chunk, the
+// cell op's dicfo) or four [rows, H] buffers (the i, f, ci, o tensors themselves).
+template <typename P>
+struct GateMatrix {
+  P gate[4];
+  int64_t ld;
+
+  static GateMatrix Interleaved(P base, int64_t cell) {
+    return {{base, base + cell, base + 2 * cell, base + 3 * cell}, 4 * cell};
+  }
+  // The i, f, ci, o tensors of a set, in their blocks.
+  template <typename S>
+  static GateMatrix Of(const LstmActivations<S>& set, GateBlocks blk, int64_t cell) {
+    GateMatrix m;
+    m.gate[blk.i] = set.i;
+    m.gate[blk.c] = set.ci;
+    m.gate[blk.f] = set.f;
+    m.gate[blk.o] = set.o;
+    m.ld = cell;
+    return m;
+  }
+  GateMatrix Row(int64_t r) const {
+    return {{gate[0] + r * ld, gate[1] + r * ld, gate[2] + r * ld, gate[3] + r * ld}, ld};
+  }
+  operator GateMatrix<const std::remove_pointer_t<P>*>() const {  // NOLINT: as for pointers
+    return {{gate[0], gate[1], gate[2], gate[3]}, ld};
+  }
+};
+
+// Runs fn(columns, col0, width) over a product's gate blocks: once over the whole interleaved
+// matrix (col0 0, width 4H), or once per buffer (col0 k·H, width H); the rows are m.ld apart.
+// (Only Interleaved makes ld 4H: four buffers have ld H.)
+template <typename P, typename Fn>
+void ForGateBlocks(const GateMatrix<P>& m, int64_t cell, Fn fn) {
+  if (m.ld == 4 * cell) return fn(m.gate[0], int64_t{0}, 4 * cell);
+  for (int k = 0; k < 4; ++k) fn(m.gate[k], k * cell, cell);
+}
+
+template <typename A, typename T>
+CellParams<A> MakeCellParams(const LstmAttrs& attrs) {
+  // The clamp bound is the attr rounded to T first (half: a tiny clip rounds to 0 and clamps all).
+  return CellParams<A>{static_cast<A>(attrs.forget_bias),
+                       static_cast<A>(static_cast<T>(attrs.cell_clip)), attrs.cell_clip > 0,
+                       attrs.use_peephole};
+}
+
+// Peephole weights in A (nullptr without use_peephole: never read then).
+template <typename T, typename A>
+struct Peepholes {
+  Tensor holder[3];
+  const A *wci = nullptr, *wcf = nullptr, *wco = nullptr;
+
+  absl::Status Init(OpKernelContext* ctx, const LstmAttrs& attrs, const LstmInputs<T>& in, int64_t h) {
+    if (!attrs.use_peephole) return absl::OkStatus();
+    TF_RETURN_IF_ERROR(AsAcc(ctx, in.wci, h, &holder[0], &wci));
+    TF_RETURN_IF_ERROR(AsAcc(ctx, in.wcf, h, &holder[1], &wcf));
+    return AsAcc(ctx, in.wco, h, &holder[2], &wco);
+  }
+};
+
+// The fused forward pass of one step for the units [j0, j1) of every batch row: bias,
+// activations, state update and the seven saved outputs. `xw` is the step's input projection
+// (it may be the i, f, ci, o outputs themselves: each element is read before it is written);
+// `rec` is this unit range's recurrent block h·Wh, [B, 4·rec_gate] with the gates in blk order,
+// each in a block of rec_gate >= j1 - j0 columns. h_acc (if not null) gets h as stored, in A.
+// kPeephole and kClip are compile-time so the per-unit loop has no branches and vectorises.
+template <typename T, typename A, typename Math, bool kPeephole, bool kClip>
+void ForwardUnits(int64_t batch, int64_t j0, int64_t j1, int64_t H, GateBlocks blk,
+                  A forget_bias, A cell_clip, const GateMatrix<const A*>& xw, const A* rec,
+                  int64_t rec_gate, const A* bias,
+                  const T* cs_prev, const Peepholes<T, A>& peep, const LstmActivations<T*>& out,
+                  A* h_acc) {
+  const CellParams<A> params{forget_bias, cell_clip, kClip, kPeephole};
+  for (int64_t b = 0; b < batch; ++b) {
+    const GateMatrix<const A*> gx = xw.Row(b);
+    const A* gr = rec + b * 4 * rec_gate - j0;
+    // Each gate's three addends as plain pointers (see BackwardUnits).
+    struct Addends {
+      const A *x, *r, *b;
+    };
+    auto addends = [&](int block) {
+      return Addends{gx.gate[block], gr + block * rec_gate, bias + block * H};
+    };
+    const Addends in_i = addends(blk.i), in_c = addends(blk.c), in_f = addends(blk.f),
+                  in_o = addends(blk.o);
+    auto gate = [](const Addends& in, int64_t j) { return (in.x[j] + in.r[j]) + in.b[j]; };
+#pragma GCC ivdep  // xw may be out's own i, f, ci, o, but only element k aliases element k
+    for (int64_t j = j0; j < j1; ++j) {
+      const int64_t k = b * H + j;
+      const CellActivations<A> a = CellForward<A, Math>(
+          params, gate(in_i, j), gate(in_c, j), gate(in_f, j), gate(in_o, j), A(cs_prev[k]),
+          kPeephole ? peep.wci[j] : A(0), kPeephole ? peep.wcf[j] : A(0),
+          kPeephole ? peep.wco[j] : A(0));
+      out.i[k] = T(a.i);
+      out.cs[k] = T(a.cs);
+      out.f[k] = T(a.f);
+      out.o[k] = T(a.o);
+      out.ci[k] = T(a.ci);
+      out.co[k] = T(a.co);
+      out.h[k] = T(a.h);
+      if constexpr (!std::is_same_v<T, A>) {
+        if (h_acc != nullptr) h_acc[k] = A(out.h[k]);  // the state, as stored (loop-invariant)
+      }
+    }
+  }
+}
+
+// The fused backward pass of one step for the units [j0, j1) of batch rows [b0, b1): dgates
+// (the step's rows of `dgates`, which may be act's own i, f, ci, o: each element is read before
+// it is written; with kStage also into `stage` [B, 4H]) and the cell state gradient for the
+// previous step (dc_out may alias dc_carry: element-wise). `out_grads` are this step's gradients
+// w.r.t. the outputs; kDirect says whether i/f/o/ci/co are present (BlockLSTMFullGrad) or zero
+// (the TF grad ops).
+template <typename T, typename A, bool kPeephole, bool kDirect, bool kStage>
+void BackwardUnits(int64_t b0, int64_t b1, int64_t j0, int64_t j1, int64_t H, GateBlocks blk,
+                   const Peepholes<T, A>& peep, const LstmActivations<const T*>& act,
+                   const T* cs_prev, const LstmActivations<const T*>& out_grads,
+                   const A* dc_carry, const A* dh_carry, const GateMatrix<A*>& dgates, A* stage,
+                   A* dc_out) {
+  for (int64_t b = b0; b < b1; ++b) {
+    // The row's destinations as plain pointers: indexed by the runtime blk inside the loop,
+    // the gate arrays stay in memory, are reloaded after every store, and the loop does not
+    // vectorise.
+    const GateMatrix<A*> dg = dgates.Row(b);
+    A* const dg_i = dg.gate[blk.i];
+    A* const dg_c = dg.gate[blk.c];
+    A* const dg_f = dg.gate[blk.f];
+    A* const dg_o = dg.gate[blk.o];
+    A* const st = kStage ? stage + b * 4 * H : nullptr;
+    A* const st_i = kStage ? st + blk.i * H : nullptr;
+    A* const st_c = kStage ? st + blk.c * H : nullptr;
+    A* const st_f = kStage ? st + blk.f * H : nullptr;
+    A* const st_o = kStage ? st + blk.o * H : nullptr;
+#pragma GCC ivdep  // dgates may be act's own i, f, ci, o, but only element k aliases element k
+    for (int64_t j = j0; j < j1; ++j) {
+      const int64_t k = b * H + j;
+      const CellActivations<A> a{A(act.i[k]),  A(act.cs[k]), A(act.f[k]), A(act.o[k]),
+                                 A(act.ci[k]), A(act.co[k]), A(0)};
+      auto direct = [k](const T* p) { return kDirect ? A(p[k]) : A(0); };
+      const CellGradients<A> g = CellBackward<A>(
+          kPeephole, a, A(cs_prev[k]), kPeephole ? peep.wci[j] : A(0),
+          kPeephole ? peep.wcf[j] : A(0), kPeephole ? peep.wco[j] : A(0),
+          A(out_grads.cs[k]) + dc_carry[k], A(out_grads.h[k]) + dh_carry[k],
+          {direct(out_grads.i), direct(out_grads.f), direct(out_grads.o), direct(out_grads.ci),
+           direct(out_grads.co)});
+      dg_i[j] = g.d_i;
+      dg_c[j] = g.d_c;
+      dg_f[j] = g.d_f;
+      dg_o[j] = g.d_o;
+      if constexpr (kStage) {
+        st_i[j] = g.d_i;
+        st_c[j] = g.d_c;
+        st_f[j] = g.d_f;
+        st_o[j] = g.d_o;
+      }
+      dc_out[k] = g.cs_prev_grad;
+    }
+  }
+}
+
+// BackwardUnits with the runtime flags as template arguments.
+template <typename T, typename A>
+void BackwardUnitsFor(const LstmAttrs& attrs, bool direct, int64_t b0, int64_t b1, int64_t j0,
+                      int64_t j1, int64_t H, const Peepholes<T, A>& peep,
+                      const LstmActivations<const T*>& act, const T* cs_prev,
+                      const LstmActivations<const T*>& out_grads, const A* dc_carry,
+                      const A* dh_carry, const GateMatrix<A*>& dgates, A* stage, A* dc_out) {
+  const GateBlocks blk = BlocksOf(attrs.layout);
+  auto run = [&](auto peephole, auto direct_c, auto staged) {
+    BackwardUnits<T, A, decltype(peephole)::value, decltype(direct_c)::value,
+                  decltype(staged)::value>(b0, b1, j0, j1, H, blk, peep, act, cs_prev, out_grads,
+                                           dc_carry, dh_carry, dgates, stage, dc_out);
+  };
+  if constexpr (std::is_same_v<T, A>) {
+    WithFlags(attrs.use_peephole, direct, stage != nullptr, run);
+  } else {  // only the in-place backward stages, and it needs T == A
+    WithFlags(attrs.use_peephole, direct, [&](auto peephole, auto direct_c) {
+      run(peephole, direct_c, std::false_type{});
+    });
+  }
+}
+
+// Peephole gradients of a chunk of `rows` dgates rows, added to acc[0..3H) (wci, wcf, wco):
+// Σ δi ⊙ cs_prev, Σ δf ⊙ cs_prev, Σ δo ⊙ cs; cs_prev_of(r) and cs_of(r) give dgates row r's
+// rows.
+template <typename T, typename A, typename CsPrevRow, typename CsRow>
+void AddPeepholeGrads(const CPUDevice& d, const LstmAttrs& attrs, int64_t rows, int64_t cell,
+                      const GateMatrix<const A*>& dgates, CsPrevRow cs_prev_of, CsRow cs_of,
+                      A* acc) {
+  const GateBlocks blk = BlocksOf(attrs.layout);
+  ReduceRows<A>(d, rows, 3 * cell, [&](int64_t r, int64_t q) {
+    const int64_t which = q / cell, j = q - which * cell;
+    const int block = which == 0 ? blk.i : (which == 1 ? blk.f : blk.o);
+    const T* state = which == 2 ? cs_of(r) : cs_prev_of(r);
+    return dgates.gate[block][r * dgates.ld + j] * A(state[j]);
+  }, acc, /*accumulate=*/true);
+}
+
+// The forward's two products: the input projection x·Wx and each slice's recurrent h·Wh_u.
+// Computed in A (x and W converted once: no copies for float and double), or for bfloat16 on a
+// CPU with a bf16 dot product (AVX512-BF16) on the stored bf16 values themselves, at twice the
+// rate: bf16 products are exact in fp32, so both give the same sums up to their order. Either
+// way the recurrence multiplies h as stored (rounded to T), as TF does.
+template <typename T, typename A>
+class ForwardProducts {
+ public:
+  absl::Status Init(OpKernelContext* ctx, const LstmDims& dims, int64_t L,
+                    const LstmInputs<T>& in, const LstmActivations<T*>& out,
+                    const SlicePacking& packing) {
+    const CPUDevice& d = ctx->eigen_device<CPUDevice>();
+    dims_ = dims;
+    in_ = in;
+    out_ = out;
+    packing_ = &packing;
+    const int64_t I = dims.input, H = dims.cell, G = 4 * H, step = dims.batch * H;
+    bf16_dot_ = UsesBf16Dot<T>();
+    if (bf16_dot_) {
+      const uint16_t* w = Bf16Bits(in.w);
+      TF_RETURN_IF_ERROR(AllocateScratch(ctx, gemm::PackedSizeBf16(I, G), &holders_[0], &wx_bits_));
+      PackBf16(d, false, I, G, w, G, wx_bits_);
+      TF_RETURN_IF_ERROR(AllocateScratch(ctx, packing.size<uint16_t>(), &holders_[1], &wh_bits_));
+      packing.Pack(d, H, w + I * G, G, int64_t{1}, wh_bits_);
+      return absl::OkStatus();
+    }
+    const A* w;
+    TF_RETURN_IF_ERROR(AsAcc(ctx, in.w, (I + H) * G, &holders_[0], &w));
+    TF_RETURN_IF_ERROR(AsAcc(ctx, in.x, L * dims.batch * I, &holders_[1], &x_));
+    TF_RETURN_IF_ERROR(AsAcc(ctx, in.h_prev, step, &holders_[2], &h_prev_));
+    w_x_ = w;
+    TF_RETURN_IF_ERROR(AllocateScratch(ctx, packing.size(), &holders_[3], &wh_packed_));
+    packing.Pack(d, H, w + I * G, G, int64_t{1}, wh_packed_);
+    if constexpr (!std::is_same_v<T, A>) {
+      // The stored h in A for the next step's product; two of them, since a slice still reading
+      // step t-1's state must not see another slice's step t already.
+      TF_RETURN_IF_ERROR(AllocateScratch(ctx, 2 * step, &holders_[4], &h_acc_));
+    }
+    return absl::OkStatus();
+  }
+
+  // xw = x·Wx for the `steps` steps from t0 (steps·B rows; interleaved for bf16 dot).
+  void Project(const CPUDevice& d, int64_t t0, int64_t steps, const GateMatrix<A*>& xw) const {
+    const int64_t B = dims_.batch, I = dims_.input, H = dims_.cell, G = 4 * H;
+    if (bf16_dot_) {
+      if constexpr (std::is_same_v<A, float>) {
+        GemmBf16(d, steps * B, G, I, Bf16Bits(in_.x) + t0 * B * I, I, wx_bits_, xw.gate[0]);
+      }
+      return;
+    }
+    ForGateBlocks(xw, H, [&](A* c, int64_t col0, int64_t width) {
+      Gemm(d, false, false, steps * B, width, I, x_ + t0 * B * I, I, w_x_ + col0, G, false, c,
+           xw.ld);
+    });
+  }
+
+  // rec_u = h_{t-1}·Wh_u for slice u ([B, 4·gate_cols(u)]).
+  void Recur(int u, int64_t t, A* rec_u) const {
+    const int64_t B = dims_.batch, H = dims_.cell, cols = 4 * packing_->gate_cols(u);
+    if (bf16_dot_) {
+      if constexpr (std::is_same_v<A, float>) {
+        const uint16_t* h = t == 0 ? Bf16Bits(in_.h_prev) : Bf16Bits(out_.h) + (t - 1) * B * H;
+        gemm::PackedBlockBf16(B, cols, H, h, H, packing_->slice(wh_bits_, u), false, rec_u, cols);
+      }
+      return;
+    }
+    const A* h = h_prev_;
+    if (t > 0) {
+      if constexpr (std::is_same_v<T, A>) {
+        h = out_.h + (t - 1) * B * H;
+      } else {
+        h = h_acc_ + (t - 1) % 2 * B * H;
+      }
+    }
+    gemm::PackedBlock(B, cols, H, h, H, packing_->slice(wh_packed_, u), false, rec_u, cols);
+  }
+
+  // Where step t's element-wise pass stores h in A for Recur (nullptr: Recur reads out.h).
+  A* StateOut(int64_t t) const {
+    return h_acc_ == nullptr ? nullptr : h_acc_ + t % 2 * dims_.batch * dims_.cell;
+  }
+
+ private:
+  LstmDims dims_;
+  LstmInputs<T> in_;
+  LstmActivations<T*> out_;
+  const SlicePacking* packing_ = nullptr;
+  bool bf16_dot_ = false;
+  Tensor holders_[5];
+  const A *x_ = nullptr, *w_x_ = nullptr, *h_prev_ = nullptr;
+  A *wh_packed_ = nullptr, *h_acc_ = nullptr;
+  uint16_t *wx_bits_ = nullptr, *wh_bits_ = nullptr;
+};
+
+// The backward's whole-chunk products dx = dgates·Wxᵀ and dW (+)= [x; h_{t-1}]ᵀ·dgates for
+// bfloat16 on a CPU with a bf16 dot product (AVX512-BF16): at twice the fp32 rate, on dgates
+// rounded to bfloat16 once and on x, the states and Wx as stored (no float copies of them), with
+// float sums, as mixed-precision training does. The recurrent dh, db and the peephole sums keep
+// float dgates, so the gradient carried through time is not rounded.
+class Bf16ChunkProducts {
+ public:
+  absl::Status Init(OpKernelContext* ctx, const LstmDims& dims, int64_t chunk_rows,
+                    const uint16_t* w) {
+    const int64_t I = dims.input, H = dims.cell, G = 4 * H;
+    dims_ = dims;
+    // Wxᵀ [G, I] as the packed operand of dx; a chunk's dgates in bf16, row-major (dx's A) and
+    // packed (dW's B); [x; h_{t-1}]ᵀ [I + H, rows] (dW's A).
+    TF_RETURN_IF_ERROR(AllocateScratch(ctx, gemm::PackedSizeBf16(G, I), &holders_[0], &wx_t_));
+    PackBf16(ctx->eigen_device<CPUDevice>(), true, G, I, w, G, wx_t_);
+    TF_RETURN_IF_ERROR(AllocateScratch(ctx, chunk_rows * G, &holders_[1], &dgates_));
+    TF_RETURN_IF_ERROR(
+        AllocateScratch(ctx, gemm::PackedSizeBf16(chunk_rows, G), &holders_[2], &dgates_packed_));
+    return AllocateScratch(ctx, (I + H) * chunk_rows, &holders_[3], &xh_t_);
+  }
+
+  // The chunk of `rows` dgates rows (float, [rows, 4H]) from step t0: dx [rows, I] and
+  // dw [I + H, 4H] (added to unless `first`). x and h_prev/h (the stored bf16 bits) are the
+  // op's x, h_prev and h inputs.
+  void Run(const CPUDevice& d, int64_t t0, int64_t rows, const float* dgates, const uint16_t* x,
+           const uint16_t* h_prev, const uint16_t* h, bool first, float* dx, float* dw) const {
+    const int64_t B = dims_.batch, I = dims_.input, H = dims_.cell, G = 4 * H;
+    Convert(d, dgates, reinterpret_cast<Eigen::bfloat16*>(dgates_), rows * G);
+    PackBf16(d, false, rows, G, dgates_, G, dgates_packed_);
+    // [x; h_{t-1}]ᵀ: the chunk's x rows, and the states its steps started from, h[t0-1].. or
+    // for the chunk at step 0, h_prev and then h_0.. (contiguous either way).
+    CopyStrided(I, rows, x + t0 * B * I, 1, I, xh_t_, rows);
+    uint16_t* h_t = xh_t_ + I * rows;
+    if (t0 > 0) {
+      CopyStrided(H, rows, h + (t0 - 1) * B * H, 1, H, h_t, rows);
+    } else {
+      CopyStrided(H, B, h_prev, 1, H, h_t, rows);
+      CopyStrided(H, rows - B, h, 1, H, h_t + B, rows);
+    }
+    GemmBf16(d, rows, I, G, dgates_, G, wx_t_, dx);
+    GemmBf16(d, I + H, G, rows, xh_t_, rows, dgates_packed_, dw, /*accumulate=*/!first);
+  }
+
+ private:
+  LstmDims dims_;
+  Tensor holders_[4];
+  uint16_t *wx_t_ = nullptr, *dgates_ = nullptr, *dgates_packed_ = nullptr, *xh_t_ = nullptr;
+};
+
+// Steps per chunk of the time loops: where they need per-step scratch (the input projection in
+// half/bfloat16 forward, dgates in a backward that cannot keep them in place) it is kept for one
+// chunk of about kChunkRows batch rows, not the whole sequence, while the chunk's GEMMs (x·Wx,
+// dx, dW) still have hundreds of rows; the float forward chunks its projection for locality.
+int64_t StepsPerChunk(int64_t batch, int64_t steps) {
+  constexpr int64_t kChunkRows = 512;
+  return std::max<int64_t>(1, std::min(steps, kChunkRows / std::max<int64_t>(1, batch)));
+}
+
+// The backward's in-place dgates: takes over the grad op's saved-activation inputs i, f, ci, o
+// (TensorFlow's input forwarding: only when no other reference to a buffer exists, as inside a
+// graph or tf.function where this op is their only consumer; an eager tape still holds them), so
+// that each holds its own gate's gradient, element by element as the sweep reaches it. Then
+// dgates of the whole sequence cost no memory. All four or none.
+template <typename A>
+bool TakeOverGateInputs(OpKernelContext* ctx, GateBlocks blk, int64_t cell, Tensor (&taken)[4],
+                        GateMatrix<A*>* dgates) {
+  const char* names[4];
+  names[blk.i] = "i";
+  names[blk.c] = "ci";
+  names[blk.f] = "f";
+  names[blk.o] = "o";
+  for (int k = 0; k < 4; ++k) {
+    int start, stop;
+    if (!ctx->op_kernel().InputRange(names[k], &start, &stop).ok()) return false;
+    const Tensor& input = ctx->input(start);
+    std::unique_ptr<Tensor> forwarded = ctx->forward_input(
+        start, OpKernelContext::Params::kNoReservation, input.dtype(), input.shape(),
+        ctx->input_memory_type(start), tensorflow::AllocatorAttributes());
+    if (forwarded == nullptr) return false;
+    taken[k] = std::move(*forwarded);
+    dgates->gate[k] = taken[k].flat<A>().data();
+  }
+  dgates->ld = cell;
+  return true;
+}
+
+}  // namespace
+
+template <typename T>
+struct LstmForward<CPUDevice, T> {
+  absl::Status operator()(OpKernelContext* ctx, const LstmDims& dims, const LstmAttrs& attrs,
+                    int64_t seq_len_max, const LstmInputs<T>& in, const LstmActivations<T*>& out) {
+    using A = AccFor<T>;
+    const CPUDevice& d = ctx->eigen_device<CPUDevice>();
+    const int64_t B = dims.batch, H = dims.cell, G = 4 * H, L = seq_len_max;
+    const int64_t step = B * H;
+
+    // Steps past seq_len_max are zero in every output (TF leaves i, f, o, ci, co uninitialised).
+    for (T* p : {out.i, out.cs, out.f, out.o, out.ci, out.co, out.h}) {
+      Fill(d, p + L * step, (dims.time - L) * step, T(0));
+    }
+    if (L == 0 || step == 0) return absl::OkStatus();
+
+    Tensor b_holder, xw_holder, rec_holder;
+    const A* bias;
+    TF_RETURN_IF_ERROR(AsAcc(ctx, in.b, G, &b_holder, &bias));
+    Peepholes<T, A> peep;
+    TF_RETURN_IF_ERROR(peep.Init(ctx, attrs, in, H));
+
+    // The time loop: one phase per step; each unit slice multiplies the state by its own
+    // columns of Wh (packed once, kept hot in one core's cache) and runs the fused element-wise
+    // pass of its units. A step's units need the whole previous h, hence the phase order.
+    const SlicePacking packing(UnitSlices(H, d.numThreads()), H, 4);
+    const std::vector<int64_t>& bounds = packing.bounds();
+    ForwardProducts<T, A> products;
+    TF_RETURN_IF_ERROR(products.Init(ctx, dims, L, in, out, packing));
+
+    // Input projection of a chunk of steps at once, straight into the i, f, ci, o outputs
+    // (the step's element-wise pass replaces each value by its activation), except in half and
+    // bfloat16, where it stays in float in a chunk's scratch. rec holds every slice's h·Wh of a
+    // step.
+    const GateBlocks blk = BlocksOf(attrs.layout);
+    const int64_t chunk = StepsPerChunk(B, L);
+    GateMatrix<A*> xw_scratch{};
+    if constexpr (!std::is_same_v<T, A>) {
+      A* xw;
+      TF_RETURN_IF_ERROR(AllocateScratch(ctx, chunk * B * G, &xw_holder, &xw));
+      xw_scratch = GateMatrix<A*>::Interleaved(xw, H);
+    }
+    A* rec;
+    TF_RETURN_IF_ERROR(AllocateScratch(ctx, B * packing.total_cols(), &rec_holder, &rec));
+    const CellParams<A> params = MakeCellParams<A, T>(attrs);
+    WithFlags(params.use_peephole, params.clip_active, [&](auto peephole, auto clip) {
+      for (int64_t t0 = 0; t0 < L; t0 += chunk) {
+        const int64_t steps = std::min(chunk, L - t0);
+        GateMatrix<A*> xw = xw_scratch;
+        if constexpr (std::is_same_v<T, A>) xw = GateMatrix<A*>::Of(out, blk, H).Row(t0 * B);
+        products.Project(d, t0, steps, xw);
+        RunPhases(d, steps, packing.slices(), [&](int64_t s, int u) {
+          const int64_t t = t0 + s;
+          const int64_t j0 = bounds[u], n = bounds[u + 1] - j0;
+          A* rec_u = rec + B * packing.col0(u);
+          products.Recur(u, t, rec_u);
+          const T* cs_prev = t == 0 ? in.cs_prev : out.cs + (t - 1) * step;
+          ForwardUnits<T, A, MathFor<T>, decltype(peephole)::value, decltype(clip)::value>(
+              B, j0, j0 + n, H, blk, params.forget_bias, params.cell_clip, xw.Row(s * B), rec_u,
+              packing.gate_cols(u), bias, cs_prev, peep, AtStep(out, t, step),
+              products.StateOut(t));
+        });
+      }
+    });
+    return absl::OkStatus();
+  }
+};
+
+template <typename T>
+struct LstmBackward<CPUDevice, T> {
+  absl::Status operator()(OpKernelContext* ctx, const LstmDims& dims, const LstmAttrs& attrs,
+                    int64_t seq_len_max, const LstmInputs<T>& in,
+                    const LstmActivations<const T*>& act,
+                    const LstmActivations<const T*>& out_grads, const LstmInputGrads<T>& grads) {
+    using A = AccFor<T>;
+    const CPUDevice& d = ctx->eigen_device<CPUDevice>();
+    const int64_t B = dims.batch, I = dims.input, H = dims.cell, G = 4 * H, L = seq_len_max;
+    const int64_t step = B * H;
+
+    // Steps at or past seq_len_max do not influence the outputs: their x_grad is zero.
+    Fill(d, grads.x + L * B * I, (dims.time - L) * B * I, T(0));
+    const bool nothing_ran = L == 0 || step == 0;
+    if (nothing_ran || !attrs.use_peephole) {  // no peepholes, or no steps: zero gradients
+      for (T* p : {grads.wci, grads.wcf, grads.wco}) Fill(d, p, H, T(0));
+    }
+    if (nothing_ran) {
+      // Nothing ran (or nothing has size): every remaining gradient is zero.
+      Fill(d, grads.x, L * B * I, T(0));
+      for (T* p : {grads.cs_prev, grads.h_prev}) Fill(d, p, step, T(0));
+      Fill(d, grads.w, (I + H) * G, T(0));
+      Fill(d, grads.b, G, T(0));
+      return absl::OkStatus();
+    }
+
+    // W in A (the buffer itself for float and double); the bf16 dot products read Wx as stored,
+    // so then only Wh's rows are converted (for the recurrent dh, which stays in float).
+    const bool bf16_dot = UsesBf16Dot<T>();
+    const int64_t w_row0 = bf16_dot ? I : 0;
+    Tensor w_holder, dg_holder, dc_holder, dh_holder;
+    const A* w;
+    TF_RETURN_IF_ERROR(AsAcc(ctx, in.w + w_row0 * G, (I + H - w_row0) * G, &w_holder, &w));
+    Peepholes<T, A> peep;
+    TF_RETURN_IF_ERROR(peep.Init(ctx, attrs, in, H));
+    const A* w_x = bf16_dot ? nullptr : w;
+    const A* w_h = w + (I - w_row0) * G;
+
+    // x, h_prev and the h sequence in A (the buffers themselves for float and double; not
+    // needed by the bf16 dot products).
+    Tensor x_holder, hp_holder, hs_holder;
+    const A *x = nullptr, *h_prev = nullptr, *h_seq = nullptr;
+    if (!bf16_dot) {
+      TF_RETURN_IF_ERROR(AsAcc(ctx, in.x, L * B * I, &x_holder, &x));
+      TF_RETURN_IF_ERROR(AsAcc(ctx, in.h_prev, step, &hp_holder, &h_prev));
+      TF_RETURN_IF_ERROR(AsAcc(ctx, act.h, (L - 1) * step, &hs_holder, &h_seq));
+    }
+
+    // Where the sweep keeps dgates: in place of i, f, ci, o for the whole sequence (float and
+    // double, when TakeOverGateInputs can), or in scratch for one chunk of steps at a time, with
+    // dW, db and the peephole sums accumulating over the chunks.
+    const GateBlocks blk = BlocksOf(attrs.layout);
+    Tensor taken[4];
+    GateMatrix<A*> in_place{};
+    bool whole = false;
+    if constexpr (std::is_same_v<T, A>) whole = TakeOverGateInputs(ctx, blk, H, taken, &in_place);
+    const int64_t chunk = whole ? L : StepsPerChunk(B, L);
+    Tensor dx_holder, dw_holder, sums_holder;
+    A *dgates_chunk = nullptr, *dc, *dh, *dx, *dw, *sums;
+    if (!whole) TF_RETURN_IF_ERROR(AllocateScratch(ctx, chunk * B * G, &dg_holder, &dgates_chunk));
+    TF_RETURN_IF_ERROR(AllocateScratch(ctx, step, &dc_holder, &dc));
+    TF_RETURN_IF_ERROR(AllocateScratch(ctx, step, &dh_holder, &dh));
+    // db [G] and the peephole sums [3H]
+    TF_RETURN_IF_ERROR(AllocateScratch(ctx, G + 3 * H, &sums_holder, &sums));
+    if constexpr (std::is_same_v<T, A>) {
+      dx = grads.x;
+      dw = grads.w;
+    } else {
+      TF_RETURN_IF_ERROR(AllocateScratch(ctx, chunk * B * I, &dx_holder, &dx));
+      TF_RETURN_IF_ERROR(AllocateScratch(ctx, (I + H) * G, &dw_holder, &dw));
+    }
+    A* db = sums;
+    A* peep_sums = sums + G;  // [3H]: wci, wcf, wco
+    Fill(d, sums, G + 3 * H, A(0));
+    A* dw_h = dw + I * G;
+    Bf16ChunkProducts bf16_products;
+    if (bf16_dot) {
+      TF_RETURN_IF_ERROR(bf16_products.Init(ctx, dims, chunk * B,
+                                            Bf16Bits(in.w)));
+    }
+
+    // The per-step product dh = dgates_{t+1}·Whᵀ wants step t+1's dgates as one [B, 4H] block:
+    // the chunk's own rows, or in place, where the gates are four buffers, one of two
+    // alternating staging blocks. After a whole-sequence sweep the products overwrite all of
+    // w_grad and x_grad's first L·B·I values (its rest is already zero), so until then those
+    // can hold the packed Whᵀ and the staging blocks, where they fit.
+    Tensor stage_holder, packed_holder;
+    A* staging = nullptr;
+    if (whole) {
+      if (L * I >= 2 * G) {
+        staging = dx;
+      } else {
+        TF_RETURN_IF_ERROR(AllocateScratch(ctx, 2 * B * G, &stage_holder, &staging));
+      }
+    }
+    auto step_dgates = [&](int64_t t, int64_t t0) {
+      return whole ? staging + t % 2 * B * G : dgates_chunk + (t - t0) * B * G;
+    };
+    // Slice u's operand of the per-step dh product: its rows of Wh, as Whᵀ [G, n], packed once.
+    const SlicePacking packing(UnitSlices(H, d.numThreads()), G, 1);
+    const std::vector<int64_t>& bounds = packing.bounds();
+    A* wt_packed = dw;
+    if (!whole || packing.size() > (I + H) * G) {
+      TF_RETURN_IF_ERROR(AllocateScratch(ctx, packing.size(), &packed_holder, &wt_packed));
+    }
+    packing.Pack(d, H, w_h, 1, G, wt_packed);
+    if (whole) in_place_backward_runs.fetch_add(1, std::memory_order_relaxed);
+
+    // Reverse sweep, one phase per step: each unit slice first completes its columns of
+    // dh = dgates_{t+1}·Whᵀ (its rows of Wh), then the fused element-wise pass of its units,
+    // which reads only its own columns of dh and dc. Nothing is carried into the last step;
+    // a last phase per chunk completes the dh carried into the next chunk. After each chunk
+    // its whole-chunk products: dx = dgates·Wxᵀ, dWx += xᵀ·dgates, dWh += h_{t-1}ᵀ·dgates,
+    // db += Σ dgates.
+    Fill(d, dc, step, A(0));
+    Fill(d, dh, step, A(0));
+    const bool direct = out_grads.i != nullptr;
+    for (int64_t t1 = L; t1 > 0;) {
+      const int64_t t0 = std::max<int64_t>(0, t1 - chunk), steps = t1 - t0, rows = steps * B;
+      const bool first = t1 == L;  // the first chunk of the sweep writes dW instead of adding
+      const GateMatrix<A*> dgates =
+          whole ? in_place.Row(t0 * B) : GateMatrix<A*>::Interleaved(dgates_chunk, H);
+      // (Phase `steps` only completes dh, which is carried into step t0 - 1.)
+      RunPhases(d, steps + 1, packing.slices(), [&](int64_t phase, int u) {
+        const int64_t t = t1 - 1 - phase, j0 = bounds[u], j1 = bounds[u + 1];
+        if (phase > 0) {
+          gemm::PackedBlock(B, j1 - j0, G, step_dgates(t + 1, t0), G,
+                            packing.slice(wt_packed, u), false, dh + j0, H);
+        }
+        if (phase == steps) return;
+        const T* cs_prev = t == 0 ? in.cs_prev : act.cs + (t - 1) * step;
+        BackwardUnitsFor<T, A>(attrs, direct, 0, B, j0, j1, H, peep, AtStep(act, t, step),
+                               cs_prev, AtStep(out_grads, t, step), dc, dh,
+                               dgates.Row((t - t0) * B), whole ? step_dgates(t, t0) : nullptr,
+                               dc);
+      });
+      A* dx_rows = std::is_same_v<T, A> ? dx + t0 * B * I : dx;
+      if (bf16_dot) {
+        if constexpr (std::is_same_v<A, float>) {
+          bf16_products.Run(d, t0, rows, dgates_chunk, Bf16Bits(in.x), Bf16Bits(in.h_prev),
+                            Bf16Bits(act.h), first, dx_rows, dw);
+        }
+      } else {
+        ForGateBlocks(dgates, H, [&](const A* dk, int64_t col0, int64_t width) {
+          const int64_t ld = dgates.ld;
+          Gemm(d, false, true, rows, I, width, dk, ld, w_x + col0, G, col0 > 0, dx_rows, I);
+          Gemm(d, true, false, I, width, rows, x + t0 * B * I, I, dk, ld, !first, dw + col0, G,
+               gemm::Sum::kLong);
+          // The states the chunk's steps started from: h_{t0-1}.. (contiguous), or for the
+          // chunk that starts at step 0, h_prev and then h_0..
+          if (t0 > 0) {
+            Gemm(d, true, false, H, width, rows, h_seq + (t0 - 1) * step, H, dk, ld, !first,
+                 dw_h + col0, G, gemm::Sum::kLong);
+          } else {
+            Gemm(d, true, false, H, width, B, h_prev, H, dk, ld, !first, dw_h + col0, G);
+            Gemm(d, true, false, H, width, rows - B, h_seq, H, dk + B * ld, ld, true,
+                 dw_h + col0, G, gemm::Sum::kLong);
+          }
+        });
+      }
+      if constexpr (!std::is_same_v<T, A>) Convert(d, dx, grads.x + t0 * B * I, rows * I);
+      ForGateBlocks(dgates, H, [&](const A* dk, int64_t col0, int64_t width) {
+        ReduceRows<A>(d, rows, width, [&](int64_t r, int64_t j) { return dk[r * dgates.ld + j]; },
+                      db + col0, /*accumulate=*/true);
+      });
+      if (attrs.use_peephole) {
+        // dgates row r is step t0 + r / B, whose cs_prev is (t == 0 ? cs_prev : cs[t-1]).
+        auto cs_prev_of = [&](int64_t r) {
+          const int64_t k = t0 * B + r;
+          return k < B ? in.cs_prev + k * H : act.cs + (k - B) * H;
+        };
+        auto cs_of = [&](int64_t r) { return act.cs + (t0 * B + r) * H; };
+        AddPeepholeGrads<T, A>(d, attrs, rows, H, dgates, cs_prev_of, cs_of, peep_sums);
+      }
+      t1 = t0;
+    }
+    Convert(d, dc, grads.cs_prev, step);
+    Convert(d, dh, grads.h_prev, step);
+    if constexpr (!std::is_same_v<T, A>) Convert(d, dw, grads.w, (I + H) * G);
+    Convert(d, db, grads.b, G);
+    if (attrs.use_peephole) {
+      Convert(d, peep_sums, grads.wci, H);
+      Convert(d, peep_sums + H, grads.wcf, H);
+      Convert(d, peep_sums + 2 * H, grads.wco, H);
+    }
+    return absl::OkStatus();
+  }
+};
+
+template <typename T>
+struct LstmCellBackward<CPUDevice, T> {
+  absl::Status operator()(OpKernelContext* ctx, const LstmDims& dims, const LstmAttrs& attrs,
+                    const LstmInputs<T>& in, const LstmActivations<const T*>& act,
+                    const LstmActivations<const T*>& out_grads, T* cs_prev_grad, T* dgates_out,
+                    T* wci_grad, T* wcf_grad, T* wco_grad) {
+    using A = AccFor<T>;
+    const CPUDevice& d = ctx->eigen_device<CPUDevice>();
+    const int64_t B = dims.batch, H = dims.cell, step = B * H;
+    if (step == 0) {
+      if (attrs.use_peephole) {
+        for (T* p : {wci_grad, wcf_grad, wco_grad}) Fill(d, p, H, T(0));
+      }
+      return absl::OkStatus();
+    }
+    Peepholes<T, A> peep;
+    TF_RETURN_IF_ERROR(peep.Init(ctx, attrs, in, H));
+    Tensor dg_holder, dc_holder;
+    A *dgates, *dc;
+    TF_RETURN_IF_ERROR(AllocateScratch(ctx, 4 * step, &dg_holder, &dgates));
+    TF_RETURN_IF_ERROR(AllocateScratch(ctx, step, &dc_holder, &dc));
+    Tensor zeros_holder;
+    A* zeros;
+    TF_RETURN_IF_ERROR(AllocateScratch(ctx, step, &zeros_holder, &zeros));
+    Fill(d, zeros, step, A(0));
+    ParallelFor(d, B, H * 10 * sizeof(T), H * 20.0, [&](int64_t begin, int64_t end) {
+      BackwardUnitsFor<T, A>(attrs, out_grads.i != nullptr, begin, end, 0, H, H, peep, act,
+                             in.cs_prev, out_grads, zeros, zeros,
+                             GateMatrix<A*>::Interleaved(dgates, H), nullptr, dc);
+    });
+    Convert(d, dgates, dgates_out, 4 * step);
+    Convert(d, dc, cs_prev_grad, step);
+    if (attrs.use_peephole) {
+      Tensor sums_holder;
+      A* sums;  // [3H]: wci, wcf, wco
+      TF_RETURN_IF_ERROR(AllocateScratch(ctx, 3 * H, &sums_holder, &sums));
+      Fill(d, sums, 3 * H, A(0));
+      auto cs_prev_of = [&](int64_t r) { return in.cs_prev + r * H; };
+      auto cs_of = [&](int64_t r) { return act.cs + r * H; };
+      AddPeepholeGrads<T, A>(d, attrs, B, H, GateMatrix<const A*>::Interleaved(dgates, H),
+                             cs_prev_of, cs_of, sums);
+      Convert(d, sums, wci_grad, H);
+      Convert(d, sums + H, wcf_grad, H);
+      Convert(d, sums + 2 * H, wco_grad, H);
+    }
+    return absl::OkStatus();
+  }
+};
+
+extern "C" __attribute__((visibility("default"))) int64_t tf_lstm_ops_in_place_backward_runs() {
+  return in_place_backward_runs.load(std::memory_order_relaxed);
+}
+
+#define TF_LSTM_INSTANTIATE_CPU(T)                  \
+  template struct LstmForward<CPUDevice, T>;        \
+  template struct LstmBackward<CPUDevice, T>;       \
+  template struct LstmCellBackward<CPUDevice, T>;
+TF_LSTM_INSTANTIATE_CPU(Eigen::half)
+TF_LSTM_INSTANTIATE_CPU(Eigen::bfloat16)
+TF_LSTM_INSTANTIATE_CPU(float)
+TF_LSTM_INSTANTIATE_CPU(double)
+#undef TF_LSTM_INSTANTIATE_CPU
+
+}  // namespace tf_lstm_ops

@@ -1,0 +1,198 @@
+// The run description, reserve-space format and dropout RNG of the CudnnRNN ops: framework-free,
+// so the CPU kernels, the CUDA engine and the GPU self-test share one definition (a reserve space
+// and a dropout mask mean the same on every device).
+#ifndef TF_LSTM_OPS_CC_KERNELS_CUDNN_RNN_TYPES_H_
+#define TF_LSTM_OPS_CC_KERNELS_CUDNN_RNN_TYPES_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "cc/core/cudnn_rnn_layout.h"
+#include "cc/core/host_device.h"
+
+namespace tf_lstm_ops {
+
+// One run's sizes: T, B and the memory order of input/output ([T,B,.] or [B,T,.]). The state
+// tensors are always read as [L*D, B, n] (TF's reinterpretation for batch-major; spec §2).
+struct RnnRun {
+  int64_t time, batch;
+  bool time_major;
+  const int32_t* seq_lengths;  // [B] in [0, T] (host memory), or nullptr: every length is T
+};
+
+// Inverted dropout on the inputs of layers 1..L-1, from a counter-based RNG: the mask of
+// element k is a pure function of (seed, call, layer, k).
+struct RnnDropout {
+  float rate;  // 0 <= rate <= 1; 0 = none
+  uint64_t seed;
+  uint64_t call;
+  bool active(const RnnModel& m) const { return rate > 0 && m.num_layers > 1; }
+};
+
+// splitmix64's finaliser: the hash behind the config hash and the dropout RNG.
+TF_LSTM_HOST_DEVICE inline uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// The RNG stream of the dropout in front of `layer` (>= 1) in forward call `call`.
+inline uint64_t DropoutStream(const RnnDropout& dropout, int64_t layer_below) {
+  return Mix(dropout.seed ^ Mix(dropout.call * 0x100 + layer_below));
+}
+
+// The value a kept element is multiplied by: 1 / (1 - rate). With rate 1 every element is dropped
+// (DropoutDrops is always true) and the scale is 0, never inf.
+template <typename A>
+TF_LSTM_HOST_DEVICE inline A DropoutKeepScale(float rate) {
+  return rate < 1 ? A(1) / (A(1) - A(rate)) : A(0);
+}
+
+// Whether element k of that stream is dropped: a uniform double in [0, 1) below the rate.
+TF_LSTM_HOST_DEVICE inline bool DropoutDrops(uint64_t stream, int64_t k, float rate) {
+  const double u = (Mix(stream + k) >> 11) * (1.0 / 9007199254740992.0);
+  return u < rate;
+}
+
+// Saved gate activations per element: LSTM i, f, c~, o; GRU r, u, h~, R_h h + b_Rh.
+constexpr int kSavedGates = 4;
+
+// The reserve space is our own format (spec §6 allows it: only our Backprop reads it): a
+// header, then in the compute type, per pseudo-layer the per-step states h [T,B,Hr], c [T,B,H]
+// (LSTM) and gate activations [T,B,4H] (LSTM: i, f, c~, o; GRU: r, u, h~, R_h h + b_Rh), then
+// per layer l >= 1 its (dropped-out) input [T,B,D*Hr] and, with dropout, the mask scale.
+struct RnnReserveHeader {
+  uint64_t magic;
+  uint64_t config_hash;  // model, run sizes and layout, lengths, dropout and dtype of the forward
+  int64_t bytes;         // header included
+  uint64_t dropout;      // 1 when the workspace holds dropout masks
+  uint64_t padding[4];   // keeps the data 64-byte aligned
+};
+constexpr uint64_t kRnnReserveMagic = 0x746c737472737631ULL;  // "tlstrsv1"
+
+// Offsets (in compute-type elements, after the header) of everything the workspace holds.
+class WorkspaceLayout {
+ public:
+  WorkspaceLayout(const RnnModel& m, const RnnRun& run, bool dropout) {
+    const int64_t tb = run.time * run.batch;
+    const bool lstm = m.mode == RnnMode::kLstm;
+    const bool gated = m.mode == RnnMode::kLstm || m.mode == RnnMode::kGru;
+    const int64_t per_pseudo_layer = tb * (m.output_width() + (lstm ? m.num_units : 0) +
+                                           (gated ? kSavedGates * m.num_units : 0));
+    h_ = 0;
+    c_ = tb * m.output_width();
+    gates_ = c_ + (lstm ? tb * m.num_units : 0);
+    pseudo_layer_size_ = per_pseudo_layer;
+    layer_inputs_ = per_pseudo_layer * m.num_pseudo_layers();
+    layer_input_size_ = tb * m.num_dirs * m.output_width();
+    mask_ = dropout ? layer_input_size_ : 0;
+    total_ = layer_inputs_ + (m.num_layers - 1) * (layer_input_size_ + mask_);
+  }
+  int64_t h(int64_t p) const { return p * pseudo_layer_size_ + h_; }
+  int64_t c(int64_t p) const { return p * pseudo_layer_size_ + c_; }
+  int64_t gates(int64_t p) const { return p * pseudo_layer_size_ + gates_; }
+  // Input of layer l >= 1 (after dropout) and its dropout scale (0 or 1 / (1 - rate)).
+  int64_t input(int64_t l) const { return layer_inputs_ + (l - 1) * (layer_input_size_ + mask_); }
+  int64_t mask(int64_t l) const { return input(l) + layer_input_size_; }
+  int64_t total() const { return total_; }
+
+ private:
+  int64_t h_, c_, gates_, pseudo_layer_size_, layer_inputs_, layer_input_size_, mask_, total_;
+};
+
+// Bytes of the reserve space (or the inference workspace) of a run, or -1 on int64 overflow.
+inline int64_t RnnWorkspaceBytes(const RnnModel& m, const RnnRun& run, bool dropout,
+                                 int acc_size) {
+  // Overflow guard on the largest product before the layout's plain arithmetic.
+  int64_t tb, per_elem, total;
+  const int64_t widest = std::max<int64_t>(m.output_width() + (kSavedGates + 1) * m.num_units,
+                                           2 * m.num_dirs * m.output_width());
+  if (__builtin_mul_overflow(run.time, run.batch, &tb) ||
+      __builtin_mul_overflow(widest, m.num_pseudo_layers() + m.num_layers, &per_elem) ||
+      __builtin_mul_overflow(tb, per_elem, &total) ||
+      __builtin_mul_overflow(total, static_cast<int64_t>(acc_size), &total) ||
+      total > (int64_t{1} << 62)) {
+    return -1;
+  }
+  return sizeof(RnnReserveHeader) + WorkspaceLayout(m, run, dropout).total() * acc_size;
+}
+
+inline uint64_t RnnConfigHash(const RnnModel& m, const RnnRun& run, const RnnDropout& dropout,
+                              int dtype_size) {
+  uint64_t h = Mix(static_cast<uint64_t>(m.mode) + 1);
+  // Every fact that changes what the saved activations mean (time_major: T and B swap roles
+  // in the input and output, so a forward with T == B matches every size).
+  for (int64_t v : {m.num_layers, m.num_units, m.input_size, m.num_proj, m.num_dirs,
+                    static_cast<int64_t>(m.skip_input), run.time, run.batch,
+                    static_cast<int64_t>(run.time_major), static_cast<int64_t>(dtype_size)}) {
+    h = Mix(h ^ static_cast<uint64_t>(v));
+  }
+  const float rate = dropout.active(m) ? dropout.rate : 0.0f;  // only when masks exist
+  uint32_t rate_bits;
+  std::memcpy(&rate_bits, &rate, sizeof(rate_bits));
+  h = Mix(h ^ rate_bits);
+  for (int64_t b = 0; b < run.batch; ++b) {
+    h = Mix(h ^ static_cast<uint64_t>(run.seq_lengths ? run.seq_lengths[b] : run.time));
+  }
+  return h;
+}
+
+// The header a forward pass writes in front of its workspace.
+inline RnnReserveHeader MakeReserveHeader(const RnnModel& m, const RnnRun& run,
+                                          const RnnDropout& dropout, int dtype_size,
+                                          int acc_size) {
+  RnnReserveHeader header{};
+  header.magic = kRnnReserveMagic;
+  header.config_hash = RnnConfigHash(m, run, dropout, dtype_size);
+  header.bytes = RnnWorkspaceBytes(m, run, dropout.active(m), acc_size);
+  header.dropout = dropout.active(m) ? 1 : 0;
+  return header;
+}
+
+// Step `step` of direction `dir` processes time index t; its predecessor is t -+ 1.
+TF_LSTM_HOST_DEVICE inline int64_t TimeOf(int64_t dir, int64_t step, int64_t time) {
+  return dir == 0 ? step : time - 1 - step;
+}
+
+// Pseudo-layer p (layer p / D, direction p % D) resolved once, for the CPU and GPU passes alike:
+// its params regions (A: the compute type), its per-step states and saved gates in the
+// workspace, and its initial state. Host-side (it holds a reference to the model).
+template <typename A>
+struct PseudoLayer {
+  const RnnModel& m;
+  int64_t p, layer, dir, in_width;
+  PseudoLayerRegions reg;                   // offsets into params (and params' gradient)
+  const A *w, *r, *proj, *bias_w, *bias_r;  // params regions
+  A *h, *c, *gates;                         // per-step states and activations (workspace)
+  const A *h0, *c0;                         // initial state of this pseudo-layer
+
+  PseudoLayer(const RnnModel& model, int64_t p_, const A* params, A* ws,
+              const WorkspaceLayout& lay, const A* h0_all, const A* c0_all, int64_t batch)
+      : m(model), p(p_), layer(p_ / model.num_dirs), dir(p_ % model.num_dirs) {
+    in_width = m.layer_input(layer);
+    reg = RegionsOf(m, p);
+    w = params + reg.w;
+    r = params + reg.r;
+    proj = params + reg.proj;
+    bias_w = params + reg.bias_w;
+    bias_r = params + reg.bias_r;
+    h = ws + lay.h(p);
+    c = m.mode == RnnMode::kLstm ? ws + lay.c(p) : nullptr;
+    gates = ws + lay.gates(p);
+    h0 = h0_all + p * batch * m.output_width();
+    c0 = c0_all == nullptr ? nullptr : c0_all + p * batch * m.num_units;
+  }
+  // State before step `step`: the initial state, or the state after the previous step.
+  const A* h_before(int64_t step, int64_t time, int64_t batch) const {
+    return step == 0 ? h0 : h + TimeOf(dir, step - 1, time) * batch * m.output_width();
+  }
+  const A* c_before(int64_t step, int64_t time, int64_t batch) const {
+    return step == 0 ? c0 : c + TimeOf(dir, step - 1, time) * batch * m.num_units;
+  }
+};
+
+}  // namespace tf_lstm_ops
+
+#endif  // TF_LSTM_OPS_CC_KERNELS_CUDNN_RNN_TYPES_H_

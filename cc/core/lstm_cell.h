@@ -1,0 +1,161 @@
+// The math of one LSTM cell for one (batch row, unit) element: forward (spec §4) and backward
+// (spec §6.1). The single home of the cell equations; the CPU kernels call it per element and the
+// CUDA kernels are meant to call the same functions. Framework-free (no TensorFlow headers).
+//
+// `Acc` is the compute type: float for half/bfloat16/float, double for double. Inputs are
+// converted to Acc before the call and results rounded to the storage type once, after it.
+#ifndef TF_LSTM_OPS_CC_KERNELS_LSTM_CELL_H_
+#define TF_LSTM_OPS_CC_KERNELS_LSTM_CELL_H_
+
+#include <cmath>
+#include <type_traits>
+
+#include "cc/core/gate_layout.h"
+
+namespace tf_lstm_ops {
+
+// How σ and tanh are evaluated. ExactMath calls libm: the reference precision, for double.
+// FastMath is for float compute (float, half and bfloat16 storage): the rational tanh
+// approximation TensorFlow's own CPU kernels use through Eigen (|error| <= 3.3e-7) and
+// σ(x) = (1 + tanh(x/2)) / 2 (|error| <= 2.3e-7); both are branch-free, so the element-wise loops
+// vectorise (libm's scalar calls made bfloat16 twice as slow as float). For half and bfloat16
+// the error is far below a rounding step (>= 4.9e-4 relative), so each output is still the
+// correctly rounded value except within 3.3e-7 of a rounding midpoint. NaN propagates.
+struct ExactMath {
+  template <typename Acc>
+  TF_LSTM_HOST_DEVICE static Acc Tanh(Acc x) {
+    return std::tanh(x);
+  }
+  template <typename Acc>
+  TF_LSTM_HOST_DEVICE static Acc Sigmoid(Acc x) {
+    return Acc(1) / (Acc(1) + std::exp(-x));
+  }
+};
+
+struct FastMath {
+  TF_LSTM_HOST_DEVICE static float Tanh(float x) {
+    x = x < -9.f ? -9.f : (x > 9.f ? 9.f : x);  // tanh is +-1 in float beyond
+    const float x2 = x * x;
+    float p = -2.76076847742355e-16f;
+    p = p * x2 + 2.00018790482477e-13f;
+    p = p * x2 - 8.60467152213735e-11f;
+    p = p * x2 + 5.12229709037114e-08f;
+    p = p * x2 + 1.48572235717979e-05f;
+    p = p * x2 + 6.37261928875436e-04f;
+    p = p * x2 + 4.89352455891786e-03f;
+    float q = 1.19825839466702e-06f;
+    q = q * x2 + 1.18534705686654e-04f;
+    q = q * x2 + 2.26843463243900e-03f;
+    q = q * x2 + 4.89352518554385e-03f;
+    return (p * x) / q;
+  }
+  TF_LSTM_HOST_DEVICE static float Sigmoid(float x) { return 0.5f + 0.5f * Tanh(0.5f * x); }
+};
+
+// The compute type of a storage type: float for half, bfloat16 and float (16-bit values are
+// widened once, computed in float, rounded once), double for double. One definition for the CPU
+// kernels, the OpKernels (reserve-space sizes) and the GPU engines.
+template <typename Storage>
+using AccFor = std::conditional_t<std::is_same_v<Storage, double>, double, float>;
+
+// ExactMath for double, FastMath for every storage type computed in float.
+template <typename Storage>
+using MathFor = std::conditional_t<std::is_same_v<Storage, double>, ExactMath, FastMath>;
+
+// Per-cell constants, already converted to Acc.
+template <typename Acc>
+struct CellParams {
+  Acc forget_bias;  // added inside the forget sigmoid (0 for V2)
+  Acc cell_clip;    // clamp bound; only used when clip_active
+  bool clip_active; // cell_clip attr > 0 (a NaN or non-positive attr means no clipping)
+  bool use_peephole;
+};
+
+// Saved activations of one element, in the order the ops output them.
+template <typename Acc>
+struct CellActivations {
+  Acc i, cs, f, o, ci, co, h;
+};
+
+// Forward step. g_* are the pre-activations (x·Wx + h·Wh + b) of each gate; wc* are the peephole
+// weights (ignored, never read into the result, when !use_peephole: NaN there has no effect).
+template <typename Acc, typename Math = ExactMath>
+TF_LSTM_HOST_DEVICE inline CellActivations<Acc> CellForward(const CellParams<Acc>& p, Acc g_i,
+                                                            Acc g_c, Acc g_f, Acc g_o,
+                                                            Acc cs_prev, Acc wci, Acc wcf,
+                                                            Acc wco) {
+  // Selects, not branches: with the flags known at compile time (the CPU kernels instantiate each
+  // combination) they fold away and loops over elements vectorise. An unused peephole term is
+  // exactly 0 (x + 0 == x), whatever NaN or Inf the unused weights hold.
+  const bool peep = p.use_peephole;
+  CellActivations<Acc> a;
+  a.i = Math::Sigmoid(g_i + (peep ? cs_prev * wci : Acc(0)));
+  a.ci = Math::Tanh(g_c);
+  a.f = Math::Sigmoid((g_f + p.forget_bias) + (peep ? cs_prev * wcf : Acc(0)));
+  const Acc c = a.i * a.ci + a.f * cs_prev;
+  const Acc clipped = c < -p.cell_clip ? -p.cell_clip : (c > p.cell_clip ? p.cell_clip : c);
+  a.cs = p.clip_active ? clipped : c;
+  a.co = Math::Tanh(a.cs);  // tanh of the clipped state
+  a.o = Math::Sigmoid(g_o + (peep ? a.cs * wco : Acc(0)));  // output peephole sees the new state
+  a.h = a.o * a.co;
+  return a;
+}
+
+// Gradients w.r.t. the four pre-activations, and the cell state carried to the previous step.
+template <typename Acc>
+struct CellGradients {
+  Acc d_i, d_c, d_f, d_o;  // dgates (w.r.t. pre-activations)
+  Acc cs_prev_grad;        // dL/dcs_prev
+};
+
+// Gradients arriving directly at the saved activations i, f, o, ci, co of this step (zero unless
+// a loss uses them; TF drops these, we propagate them). cs and h gradients are passed separately.
+template <typename Acc>
+struct ActivationGradients {
+  Acc i, f, o, ci, co;
+};
+
+// Backward step (spec §6.1), in TF's evaluation order; the direct activation gradients `ext` are
+// added last, so with ext = 0 the result is bit-identical to TF's formula. Clipping is
+// straight-through: the gradient is not masked where the clamp was active (TF's defined
+// behaviour). dcs = total dL/dcs (carried + external), dh = total dL/dh.
+template <typename Acc>
+TF_LSTM_HOST_DEVICE inline CellGradients<Acc> CellBackward(bool use_peephole,
+                                                           const CellActivations<Acc>& a,
+                                                           Acc cs_prev, Acc wci, Acc wcf, Acc wco,
+                                                           Acc dcs, Acc dh,
+                                                           const ActivationGradients<Acc>& ext) {
+  const Acc o_slope = a.o * (Acc(1) - a.o), co_slope = Acc(1) - a.co * a.co;
+  const Acc ci_slope = Acc(1) - a.ci * a.ci, f_slope = a.f * (Acc(1) - a.f);
+  const Acc i_slope = a.i * (Acc(1) - a.i);
+  CellGradients<Acc> g;
+  g.d_o = (o_slope * dh) * a.co + o_slope * ext.o;
+  Acc d_cs = ((co_slope * dh) * a.o) + dcs + co_slope * ext.co;
+  d_cs = use_peephole ? d_cs + g.d_o * wco : d_cs;  // selects, not branches: see CellForward
+  g.d_c = (ci_slope * d_cs) * a.i + ci_slope * ext.ci;
+  g.d_f = (f_slope * d_cs) * cs_prev + f_slope * ext.f;
+  g.d_i = (i_slope * d_cs) * a.ci + i_slope * ext.i;
+  g.cs_prev_grad = d_cs * a.f;
+  g.cs_prev_grad = use_peephole ? (g.cs_prev_grad + g.d_i * wci) + g.d_f * wcf : g.cs_prev_grad;
+  return g;
+}
+
+// Calls fn(std::bool_constant<a>{}, std::bool_constant<b>{}) and returns its result: runtime
+// flags become template arguments, so loops specialised on them carry no branches and vectorise.
+template <typename Fn>
+auto WithFlags(bool a, bool b, Fn fn) {
+  using Yes = std::true_type;
+  using No = std::false_type;
+  if (a) return b ? fn(Yes{}, Yes{}) : fn(Yes{}, No{});
+  return b ? fn(No{}, Yes{}) : fn(No{}, No{});
+}
+template <typename Fn>
+auto WithFlags(bool a, bool b, bool c, Fn fn) {
+  return WithFlags(a, b, [&](auto a_c, auto b_c) {
+    return c ? fn(a_c, b_c, std::true_type{}) : fn(a_c, b_c, std::false_type{});
+  });
+}
+
+}  // namespace tf_lstm_ops
+
+#endif  // TF_LSTM_OPS_CC_KERNELS_LSTM_CELL_H_

@@ -1,0 +1,673 @@
+// CPU implementation of the CudnnRNN forward and backprop functors.
+//
+// Same structure as the LSTM block kernels: per layer and direction, the input projection of
+// all steps is one GEMM; each step does the recurrent GEMM (plus the projection GEMM for LSTMP)
+// and one fused element-wise pass; backward does one element-wise pass and one recurrent GEMM per
+// step, then dW, dR, dPmat, biases and dx as whole-sequence GEMMs/reductions. Rows past their
+// sequence length hold their state, output zero and pass gradients through unchanged.
+//
+// The time loops of a layer (both directions at once) run on one RunPhases team, one or two
+// phases per step: each unit owns a slice of the cells (its rows of R, regrouped once per call)
+// or of the outputs, so a step needs no fork/join through the pool (see TeamPlan).
+#define EIGEN_USE_THREADS
+
+#include <cstring>
+#include <vector>
+
+#include "cc/cpu/linalg.h"
+#include "cc/tf/cudnn_rnn/functor.h"
+#include "cc/core/cudnn_rnn_cells.h"
+
+namespace tf_lstm_ops {
+namespace {
+
+using namespace cpu;  // NOLINT: the shared CPU building blocks (CPUDevice, Gemm, ...)
+
+// [T,B,n] (time-major) view of a [T,B,n] or [B,T,n] tensor, in the compute type.
+template <typename T, typename A>
+absl::Status ToTimeMajor(OpKernelContext* ctx, const RnnRun& run, int64_t n, const T* src,
+                         Tensor* holder, const A** out) {
+  if (run.time_major) return AsAcc(ctx, src, run.time * run.batch * n, holder, out);
+  A* dst;
+  TF_RETURN_IF_ERROR(AllocateScratch(ctx, run.time * run.batch * n, holder, &dst));
+  const int64_t time = run.time, B = run.batch;
+  ParallelFor(ctx->eigen_device<CPUDevice>(), time * B, n * 8.0, n * 2.0, [&](int64_t begin, int64_t end) {
+    for (int64_t tb = begin; tb < end; ++tb) {
+      const int64_t t = tb / B, b = tb % B;
+      for (int64_t k = 0; k < n; ++k) dst[tb * n + k] = A(src[(b * time + t) * n + k]);
+    }
+  });
+  *out = dst;
+  return absl::OkStatus();
+}
+
+// Writes a time-major [T,B,n] compute-type buffer to dst in the run's layout and dtype.
+template <typename T, typename A>
+void FromTimeMajor(const CPUDevice& d, const RnnRun& run, int64_t n, const A* src, T* dst) {
+  const int64_t T_ = run.time, B = run.batch;
+  ParallelFor(d, T_ * B, n * 8.0, n * 2.0, [&](int64_t begin, int64_t end) {
+    for (int64_t tb = begin; tb < end; ++tb) {
+      const int64_t t = tb / B, b = tb % B;
+      T* row = dst + (run.time_major ? tb : b * T_ + t) * n;
+      for (int64_t k = 0; k < n; ++k) row[k] = static_cast<T>(src[tb * n + k]);
+    }
+  });
+}
+
+// Input projection of every step: xw[t*B + b] = W·x (or x itself per gate for skip input).
+template <typename A>
+void InputProjection(const CPUDevice& d, const PseudoLayer<A>& pl, int64_t rows, const A* x,
+                     A* xw) {
+  const int64_t G = pl.m.gate_width(), H = pl.m.num_units;
+  if (!pl.m.skips(pl.layer)) {
+    Gemm(d, false, true, rows, G, pl.in_width, x, pl.w, false, xw);
+    return;
+  }
+  ParallelFor(d, rows, G * 8.0, G * 1.0, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      for (int g = 0; g < pl.m.gates(); ++g) {
+        std::memcpy(xw + row * G + g * H, x + row * H, H * sizeof(A));
+      }
+    }
+  });
+}
+
+// How a layer's time loops share one RunPhases team: both directions run concurrently, each
+// split into `slices` units (at most its share of the intra-op threads): slices of the H cells
+// (`cell`: the recurrent GEMM and the element-wise pass) and of the Hr outputs (`out`: what needs
+// whole rows of the other side, the projection forward and dL/dh backward). Without a
+// projection Hr == H, the two coincide and a step is one phase; with one it is two phases, since
+// h = Pmat·m needs all of m, and m needs all of the previous h.
+struct TeamPlan {
+  // R (stored [G·H, Hr]) packed per slice for gemm::PackedBlock: per cell slice for the forward
+  // product h·Rᵀ (its G·n rows of R, as Rᵀ columns), per output slice for the backward product
+  // dgh·R (its n columns of R).
+  SlicePacking fwd, bwd;  // their bounds(): the slices over H and over Hr
+  int slices;             // team units per direction
+  int phases_per_step;    // 1, or 2 with a projection
+
+  TeamPlan(const CPUDevice& d, const RnnModel& m)
+      : fwd(UnitSlices(m.num_units, Share(d, m)), m.output_width(), m.gates()),
+        bwd(m.has_proj() ? UnitSlices(m.num_proj, Share(d, m)) : fwd.bounds(), m.gate_width(),
+            1),
+        slices(std::max(fwd.slices(), bwd.slices())),
+        phases_per_step(m.has_proj() ? 2 : 1) {}
+  int units(const RnnModel& m) const { return static_cast<int>(m.num_dirs) * slices; }
+  template <typename A>
+  void PackForward(const CPUDevice& d, const RnnModel& m, const A* r, A* packed) const {
+    fwd.Pack(d, m.num_units, r, 1, m.output_width(), packed);
+  }
+  template <typename A>
+  void PackBackward(const CPUDevice& d, const RnnModel& m, const A* r, A* packed) const {
+    bwd.Pack(d, m.output_width(), r, m.output_width(), 1, packed);
+  }
+
+ private:
+  static int64_t Share(const CPUDevice& d, const RnnModel& m) {
+    return std::max<int64_t>(1, (d.numThreads() + m.num_dirs - 1) / m.num_dirs);
+  }
+};
+
+// Forward work of cell slice u (units [j0, j1)) at step `step`: its block of the recurrent GEMM,
+// rec_u = h_prev·R_uᵀ ([B, G·gn], gates in order, each padded to gn columns), then the
+// element-wise pass of its units, which writes c, the saved gates and m (into m_buf with a
+// projection, else h itself).
+template <typename A, typename Math>
+void ForwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vector<int64_t>& len,
+                  int64_t step, const SlicePacking& packing, int u, const A* r_packed,
+                  const A* xw, A* rec, A* m_buf) {
+  const RnnModel& m = pl.m;
+  const int64_t T = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
+  const int64_t G = m.gate_width(), j0 = packing.bounds()[u], n = packing.bounds()[u + 1] - j0;
+  const int64_t gn = packing.gate_cols(u), row = m.gates() * gn;
+  if (n == 0) return;
+  const int64_t t = TimeOf(pl.dir, step, T);
+  const A* h_prev = pl.h_before(step, T, B);
+  const A* c_prev = pl.c_before(step, T, B);
+  A* h_out = pl.h + t * B * Hr;
+  A* rec_u = rec + B * packing.col0(u);
+  gemm::PackedBlock(B, row, Hr, h_prev, Hr, packing.slice(r_packed, u), false, rec_u, row);
+  const bool relu = m.mode == RnnMode::kRnnRelu;
+  const bool gated = m.mode == RnnMode::kLstm || m.mode == RnnMode::kGru;
+  for (int64_t b = 0; b < B; ++b) {
+    if (t >= len[b]) {  // past this sequence's end: hold the state
+      // (with a projection, the output slices hold h)
+      if (!m.has_proj()) std::memcpy(h_out + b * Hr + j0, h_prev + b * Hr + j0, n * sizeof(A));
+      if (pl.c) std::memcpy(pl.c + (t * B + b) * H + j0, c_prev + b * H + j0, n * sizeof(A));
+      if (gated) {
+        A* saved = pl.gates + (t * B + b) * kSavedGates * H + j0;
+        for (int g = 0; g < kSavedGates; ++g) std::fill(saved + g * H, saved + g * H + n, A(0));
+      }
+      continue;
+    }
+    // Pre-activation halves of gate g at unit j0 + j: input side (W·x + b_W), recurrent side
+    // (R·h + b_R). One loop per mode, without branches, so that each vectorises.
+    // (__restrict: these buffers never overlap; GCC then needs no alias checks.)
+    const A* __restrict gx = xw + (t * B + b) * G + j0;
+    const A* __restrict gh = rec_u + b * row;
+    const A* __restrict bw = pl.bias_w + j0;
+    const A* __restrict br = pl.bias_r + j0;
+    auto x_side = [=](int g, int64_t j) { return gx[g * H + j] + bw[g * H + j]; };
+    auto h_side = [=](int g, int64_t j) { return gh[g * gn + j] + br[g * H + j]; };
+    if (m.mode == RnnMode::kLstm) {  // gates i, f, c, o: lstm_cell.h's IFCO layout
+      const A* __restrict c_in = c_prev + b * H + j0;
+      A* __restrict c_out = pl.c + (t * B + b) * H + j0;
+      A* __restrict m_out = (m.has_proj() ? m_buf + b * H : h_out + b * Hr) + j0;
+      A* __restrict saved_out = pl.gates + (t * B + b) * kSavedGates * H + j0;
+#pragma GCC ivdep  // distinct buffers: no alias checks needed
+      for (int64_t j = 0; j < n; ++j) {
+        const CellActivations<A> a = CudnnLstmForward<A, Math>(
+            x_side(0, j) + h_side(0, j), x_side(1, j) + h_side(1, j),
+            x_side(2, j) + h_side(2, j), x_side(3, j) + h_side(3, j), c_in[j]);
+        CudnnLstmSave(a, saved_out, H, j);
+        c_out[j] = a.cs;
+        m_out[j] = a.h;
+      }
+    } else if (m.mode == RnnMode::kGru) {
+      const A* __restrict h_in = h_prev + b * Hr + j0;
+      A* __restrict saved_out = pl.gates + (t * B + b) * kSavedGates * H + j0;
+      A* __restrict h_row = h_out + b * Hr + j0;
+#pragma GCC ivdep
+      for (int64_t j = 0; j < n; ++j) {
+        const GruActivations<A> a =
+            GruForward<A, Math>(x_side(0, j), x_side(1, j), x_side(2, j), h_side(0, j),
+                                h_side(1, j), h_side(2, j), h_in[j]);
+        saved_out[j] = a.r;
+        saved_out[H + j] = a.u;
+        saved_out[2 * H + j] = a.candidate;
+        saved_out[3 * H + j] = a.recurrent_candidate;
+        h_row[j] = a.h;
+      }
+    } else {
+      A* __restrict h_row = h_out + b * Hr + j0;
+#pragma GCC ivdep
+      for (int64_t j = 0; j < n; ++j) {
+        h_row[j] = SimpleRnnForward<A, Math>(relu, x_side(0, j) + h_side(0, j));
+      }
+    }
+  }
+}
+
+// Forward work of output slice [k0, k1) with a projection, once all of m is done: h = Pmat·m
+// for its outputs where the row ran, the held state elsewhere.
+template <typename A>
+void ProjectOutputs(const PseudoLayer<A>& pl, const RnnRun& run, const std::vector<int64_t>& len,
+                    int64_t step, int64_t k0, int64_t k1, const A* m_buf) {
+  const int64_t T = run.time, B = run.batch, H = pl.m.num_units, Hr = pl.m.output_width();
+  const int64_t n = k1 - k0;
+  if (n == 0) return;
+  const int64_t t = TimeOf(pl.dir, step, T);
+  const A* h_prev = pl.h_before(step, T, B);
+  A* h_out = pl.h + t * B * Hr;
+  gemm::Block(false, true, B, n, H, m_buf, H, pl.proj + k0 * H, H, false, h_out + k0, Hr);
+  for (int64_t b = 0; b < B; ++b) {
+    if (t >= len[b]) std::memcpy(h_out + b * Hr + k0, h_prev + b * Hr + k0, n * sizeof(A));
+  }
+}
+
+// Forward of layer `pls[0].layer`, all its directions (pls) at once: the input projections,
+// then one RunPhases team for the time loops (unit dir·slices + u is slice u of direction dir;
+// phases step·phases_per_step (+ 1) run step `step` of every direction), then this layer's
+// output y [T, B, D·Hr]: the state where the sequence ran, else zero. xw, rec, m_buf and
+// r_packed hold one part per direction.
+template <typename A, typename Math>
+void ForwardLayer(const CPUDevice& d, const std::vector<PseudoLayer<A>>& pls,
+                  const TeamPlan& plan, const RnnRun& run, const std::vector<int64_t>& len,
+                  const A* x, A* xw, A* rec, A* m_buf, A* r_packed, A* y) {
+  const RnnModel& m = pls[0].m;
+  const int64_t T = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
+  const int64_t G = m.gate_width(), D = m.num_dirs;
+  for (int64_t dir = 0; dir < D; ++dir) {
+    InputProjection(d, pls[dir], T * B, x, xw + dir * T * B * G);
+    plan.PackForward(d, m, pls[dir].r, r_packed + dir * plan.fwd.size());
+  }
+  const int K = plan.phases_per_step;
+  RunPhases(d, T * K, plan.units(m), [&](int64_t phase, int unit) {
+    const int64_t dir = unit / plan.slices, u = unit % plan.slices, step = phase / K;
+    const PseudoLayer<A>& pl = pls[dir];
+    if (phase % K == 0) {
+      if (u >= plan.fwd.slices()) return;
+      ForwardCells<A, Math>(pl, run, len, step, plan.fwd, static_cast<int>(u),
+                            r_packed + dir * plan.fwd.size(), xw + dir * T * B * G,
+                            rec + dir * B * plan.fwd.total_cols(),
+                            m_buf ? m_buf + dir * B * H : nullptr);
+    } else {
+      if (u >= plan.bwd.slices()) return;
+      const std::vector<int64_t>& out = plan.bwd.bounds();
+      ProjectOutputs(pl, run, len, step, out[u], out[u + 1], m_buf + dir * B * H);
+    }
+  });
+  ParallelFor(d, T * B, D * Hr * 8.0, D * Hr * 1.0, [&](int64_t begin, int64_t end) {
+    for (int64_t tb = begin; tb < end; ++tb) {
+      for (int64_t dir = 0; dir < D; ++dir) {
+        A* dst = y + (tb * D + dir) * Hr;
+        if (tb / B < len[tb % B]) {
+          std::memcpy(dst, pls[dir].h + tb * Hr, Hr * sizeof(A));
+        } else {
+          std::fill(dst, dst + Hr, A(0));
+        }
+      }
+    }
+  });
+}
+
+template <typename T, typename A>
+absl::Status Forward(OpKernelContext* ctx, const RnnModel& m, const RnnRun& run,
+                     const RnnDropout& dropout, const T* input, const T* input_h,
+                     const T* input_c, const T* params, T* output, T* output_h, T* output_c,
+                     uint8_t* workspace) {
+  const RnnReserveHeader header = MakeReserveHeader(m, run, dropout, sizeof(T), sizeof(A));
+  std::memcpy(workspace, &header, sizeof(header));
+  const CPUDevice& d = ctx->eigen_device<CPUDevice>();
+  const int64_t T_ = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
+  const int64_t LD = m.num_pseudo_layers(), D = m.num_dirs, G = m.gate_width();
+  const bool lstm = m.mode == RnnMode::kLstm;
+  if (T_ == 0 || B == 0) {  // nothing runs: the final state is the initial state
+    Convert(d, input_h, output_h, LD * B * Hr);
+    if (lstm) Convert(d, input_c, output_c, LD * B * H);
+    return absl::OkStatus();
+  }
+  std::vector<int64_t> len(B, T_);
+  if (run.seq_lengths != nullptr) {
+    for (int64_t b = 0; b < B; ++b) len[b] = run.seq_lengths[b];
+  }
+  const WorkspaceLayout lay(m, run, dropout.active(m));
+  A* ws = reinterpret_cast<A*>(workspace + sizeof(RnnReserveHeader));
+
+  Tensor params_h, x_h, h0_h, c0_h, xw_h, rec_h, mbuf_h, rp_h, y_h;
+  const A *P, *x0, *h0, *c0 = nullptr;
+  TF_RETURN_IF_ERROR(AsAcc(ctx, params, CheckedParamsSize(m), &params_h, &P));
+  TF_RETURN_IF_ERROR(ToTimeMajor(ctx, run, m.input_size, input, &x_h, &x0));
+  TF_RETURN_IF_ERROR(AsAcc(ctx, input_h, LD * B * Hr, &h0_h, &h0));
+  if (lstm) TF_RETURN_IF_ERROR(AsAcc(ctx, input_c, LD * B * H, &c0_h, &c0));
+  // Per direction: the input projections, the recurrent GEMM's output, m (with a projection)
+  // and the packed R.
+  const TeamPlan plan(d, m);
+  A *xw, *rec, *m_buf = nullptr, *r_packed, *y;
+  TF_RETURN_IF_ERROR(AllocateScratch(ctx, D * T_ * B * G, &xw_h, &xw));
+  TF_RETURN_IF_ERROR(AllocateScratch(ctx, D * B * plan.fwd.total_cols(), &rec_h, &rec));
+  TF_RETURN_IF_ERROR(AllocateScratch(ctx, D * plan.fwd.size(), &rp_h, &r_packed));
+  TF_RETURN_IF_ERROR(AllocateScratch(ctx, T_ * B * D * Hr, &y_h, &y));
+  if (m.has_proj()) TF_RETURN_IF_ERROR(AllocateScratch(ctx, D * B * H, &mbuf_h, &m_buf));
+
+  Tensor state_h;
+  A* final_state;  // output_h then output_c, in the compute type
+  TF_RETURN_IF_ERROR(AllocateScratch(ctx, LD * B * (Hr + (lstm ? H : 0)), &state_h, &final_state));
+  for (int64_t l = 0; l < m.num_layers; ++l) {
+    const A* x = l == 0 ? x0 : ws + lay.input(l);
+    std::vector<PseudoLayer<A>> pls;
+    pls.reserve(D);
+    for (int64_t dir = 0; dir < D; ++dir) pls.emplace_back(m, l * D + dir, P, ws, lay, h0, c0, B);
+    ForwardLayer<A, MathFor<T>>(d, pls, plan, run, len, x, xw, rec, m_buf, r_packed, y);
+    for (int64_t dir = 0; dir < D; ++dir) {
+      // Final state: after the last processed step (rows past their end held it there).
+      const int64_t p = l * D + dir, t_last = TimeOf(dir, T_ - 1, T_);
+      std::memcpy(final_state + p * B * Hr, pls[dir].h + t_last * B * Hr, B * Hr * sizeof(A));
+      if (lstm) {
+        std::memcpy(final_state + LD * B * Hr + p * B * H, pls[dir].c + t_last * B * H,
+                    B * H * sizeof(A));
+      }
+    }
+    if (l + 1 < m.num_layers) {  // the next layer's input, dropped out when training
+      A* next = ws + lay.input(l + 1);
+      const int64_t n = T_ * B * D * Hr;
+      if (dropout.active(m)) {
+        A* mask = ws + lay.mask(l + 1);
+        const A scale = DropoutKeepScale<A>(dropout.rate);
+        const uint64_t stream = DropoutStream(dropout, l);
+        ParallelFor(d, n, 16, 20, [&](int64_t begin, int64_t end) {
+          for (int64_t k = begin; k < end; ++k) {
+            mask[k] = DropoutDrops(stream, k, dropout.rate) ? A(0) : scale;
+            next[k] = y[k] * mask[k];
+          }
+        });
+      } else {
+        std::memcpy(next, y, n * sizeof(A));
+      }
+    }
+  }
+  FromTimeMajor(d, run, D * Hr, y, output);
+  Convert(d, final_state, output_h, LD * B * Hr);
+  if (lstm) Convert(d, final_state + LD * B * Hr, output_c, LD * B * H);
+  return absl::OkStatus();
+}
+
+// One direction's buffers of the backward sweep (each [T·B, ·] unless noted).
+template <typename A>
+struct SweepBuffers {
+  A *dgx, *dgh;   // input-side / recurrent-side gate gradients (the same buffer but for GRU)
+  A* dh_total;    // total dL/dh_t (zero where the row did not run)
+  A* m_seq;       // m = o ⊙ tanh(c) (projection only, for dPmat)
+  A *dh, *dc;     // [B, Hr], [B, H]: the carried state gradients, dL/dh_0 and dL/dc_0 at the end
+  A* dm;          // [B, H]: dL/dm of the current step (projection only)
+  A* carry;       // [B, Hr]: dgh·R of the step just done
+  A* direct;      // [B, Hr]: GRU's direct term dL/dh_t ⊙ u of the step just done
+  const A* r_packed;  // R's columns packed per output slice (TeamPlan::PackBackward)
+};
+
+// Backward work of output slice [k0, k1) in phase s of the sweep (s < T: before sweep step s,
+// which processes step T-1-s; s = T: after the last): for its columns, dL/dh_prev of the step
+// just done (dgh·R, + GRU's direct term, for the rows that ran it; the others pass theirs
+// through), then the total dL/dh_t = that + dy of the step about to run (zero where the row does
+// not run it).
+template <typename A>
+void BackwardOutputs(const PseudoLayer<A>& pl, const RnnRun& run, const std::vector<int64_t>& len,
+                     int64_t s, const SlicePacking& packing, int u, const A* dy,
+                     const SweepBuffers<A>& buf) {
+  const RnnModel& m = pl.m;
+  const int64_t T = run.time, B = run.batch, Hr = m.output_width(), G = m.gate_width();
+  const int64_t D = m.num_dirs, k0 = packing.bounds()[u], k1 = packing.bounds()[u + 1];
+  const int64_t n = k1 - k0;
+  const bool gru = m.mode == RnnMode::kGru;
+  if (n == 0) return;
+  if (s > 0) {
+    const int64_t t = TimeOf(pl.dir, T - s, T);
+    gemm::PackedBlock(B, n, G, buf.dgh + t * B * G, G, packing.slice(buf.r_packed, u), false,
+                      buf.carry + k0, Hr);
+    for (int64_t b = 0; b < B; ++b) {
+      if (t >= len[b]) continue;
+      for (int64_t k = b * Hr + k0; k < b * Hr + k1; ++k) {
+        buf.dh[k] = buf.carry[k] + (gru ? buf.direct[k] : A(0));
+      }
+    }
+  }
+  if (s < T) {
+    const int64_t t = TimeOf(pl.dir, T - 1 - s, T);
+    A* dht = buf.dh_total + t * B * Hr;
+    for (int64_t b = 0; b < B; ++b) {
+      const bool active = t < len[b];
+      const A* dy_row = dy + (t * B + b) * D * Hr + pl.dir * Hr;
+      for (int64_t k = k0; k < k1; ++k) {
+        dht[b * Hr + k] = active ? buf.dh[b * Hr + k] + dy_row[k] : A(0);
+      }
+    }
+  }
+}
+
+// Backward work of cell slice [j0, j1) at sweep step `step` (dL/dh_t complete): with a
+// projection its columns of dL/dm = dL/dh_t·Pmat, then the element-wise pass of its units: the
+// gate gradients, dc and (projection) m.
+template <typename A, typename Math>
+void BackwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vector<int64_t>& len,
+                   int64_t step, int64_t j0, int64_t j1, const SweepBuffers<A>& buf) {
+  const RnnModel& m = pl.m;
+  const int64_t T = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
+  const int64_t G = m.gate_width(), n = j1 - j0;
+  const bool relu = m.mode == RnnMode::kRnnRelu, gru = m.mode == RnnMode::kGru;
+  if (n == 0) return;
+  const int64_t t = TimeOf(pl.dir, step, T);
+  const A* h_prev = pl.h_before(step, T, B);
+  const A* c_prev = pl.c_before(step, T, B);
+  const A* dht = buf.dh_total + t * B * Hr;
+  if (m.has_proj()) {
+    gemm::Block(false, false, B, n, Hr, dht, Hr, pl.proj + j0, H, false, buf.dm + j0, H);
+  }
+  for (int64_t b = 0; b < B; ++b) {
+    A* gx = buf.dgx + (t * B + b) * G + j0;
+    A* gh = buf.dgh + (t * B + b) * G + j0;
+    A* m_row = buf.m_seq ? buf.m_seq + (t * B + b) * H + j0 : nullptr;
+    if (t >= len[b]) {
+      for (int g = 0; g < m.gates(); ++g) {
+        std::fill(gx + g * H, gx + g * H + n, A(0));
+        if (gru) std::fill(gh + g * H, gh + g * H + n, A(0));
+      }
+      if (m_row) std::fill(m_row, m_row + n, A(0));
+      continue;
+    }
+    // (__restrict: distinct buffers, so GCC vectorises without alias checks; dc_row is read
+    // and written at the same index only.)
+    const A* __restrict dh_row = dht + b * Hr + j0;
+    A* __restrict gx_row = gx;
+    A* __restrict gh_row = gh;
+    if (m.mode == RnnMode::kLstm) {
+      const A* __restrict saved = pl.gates + (t * B + b) * kSavedGates * H + j0;
+      const A* __restrict c_row = pl.c + (t * B + b) * H + j0;
+      const A* __restrict c_in = c_prev + b * H + j0;
+      // dL/dm is dL/dh without a projection.
+      const A* __restrict dm_row = m.has_proj() ? buf.dm + b * H + j0 : dh_row;
+      A* __restrict dc_row = buf.dc + b * H + j0;
+#pragma GCC ivdep
+      for (int64_t j = 0; j < n; ++j) {
+        const A co = Math::Tanh(c_row[j]);
+        const CellGradients<A> g =
+            CudnnLstmBackward(saved, H, j, c_row[j], co, c_in[j], dc_row[j], dm_row[j]);
+        gx_row[j] = g.d_i;
+        gx_row[H + j] = g.d_f;
+        gx_row[2 * H + j] = g.d_c;
+        gx_row[3 * H + j] = g.d_o;
+        dc_row[j] = g.cs_prev_grad;
+        if (m_row) m_row[j] = saved[3 * H + j] * co;  // m = o * tanh(c), for dPmat
+      }
+    } else if (gru) {
+      const A* __restrict saved = pl.gates + (t * B + b) * kSavedGates * H + j0;
+      const A* __restrict h_in = h_prev + b * Hr + j0;
+      A* __restrict direct_row = buf.direct + b * Hr + j0;
+#pragma GCC ivdep
+      for (int64_t j = 0; j < n; ++j) {
+        const GruActivations<A> a{saved[j], saved[H + j], saved[2 * H + j], saved[3 * H + j],
+                                  A(0)};
+        const GruGradients<A> g = GruBackward<A>(a, h_in[j], dh_row[j]);
+        gx_row[j] = gh_row[j] = g.d_r;
+        gx_row[H + j] = gh_row[H + j] = g.d_u;
+        gx_row[2 * H + j] = g.d_xc;
+        gh_row[2 * H + j] = g.d_hc;
+        direct_row[j] = g.h_prev_direct;
+      }
+    } else {
+      const A* __restrict h_row = pl.h + (t * B + b) * Hr + j0;
+#pragma GCC ivdep
+      for (int64_t j = 0; j < n; ++j) gx_row[j] = SimpleRnnBackward<A>(relu, h_row[j], dh_row[j]);
+    }
+  }
+}
+
+// Backward of layer `pls[0].layer`, all its directions at once: one RunPhases team for the
+// reverse sweeps, T·phases_per_step + 1 phases: phase s·phases_per_step runs the output slices
+// of every direction (BackwardOutputs), then the cell slices of sweep step s (BackwardCells) run
+// in the next phase with a projection, else right after in the same unit (its cells are its
+// outputs); the last phase only finishes dL/dh_0. Then, per direction, the whole-sequence
+// products: dW, dx (summed over the directions), dR, dPmat and the biases.
+template <typename A, typename Math>
+void BackwardLayer(const CPUDevice& d, const std::vector<PseudoLayer<A>>& pls,
+                   const TeamPlan& plan, const RnnRun& run, const std::vector<int64_t>& len,
+                   const A* x, const A* dy, const std::vector<SweepBuffers<A>>& bufs,
+                   A* h_prev_seq, A* dparams, A* dx) {
+  const RnnModel& m = pls[0].m;
+  const int64_t T = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
+  const int64_t G = m.gate_width(), D = m.num_dirs;
+  const int K = plan.phases_per_step;
+  RunPhases(d, T * K + 1, plan.units(m), [&](int64_t phase, int unit) {
+    const int64_t dir = unit / plan.slices, s = phase / K;
+    const int u = unit % plan.slices;
+    if (phase % K == 0 && u < plan.bwd.slices()) {
+      BackwardOutputs(pls[dir], run, len, s, plan.bwd, u, dy, bufs[dir]);
+    }
+    if (s < T && (K == 1 || phase % K == 1) && u < plan.fwd.slices()) {
+      const std::vector<int64_t>& cell = plan.fwd.bounds();
+      BackwardCells<A, Math>(pls[dir], run, len, T - 1 - s, cell[u], cell[u + 1],
+                             bufs[dir]);
+    }
+  });
+  // Whole-sequence products.
+  const int64_t rows = T * B;
+  for (int64_t dir = 0; dir < D; ++dir) {
+    const PseudoLayer<A>& pl = pls[dir];
+    const A *dgx = bufs[dir].dgx, *dgh = bufs[dir].dgh;
+    const PseudoLayerRegions& reg = pl.reg;
+    ParallelFor(d, T, B * Hr * 2.0 * sizeof(A), B * Hr, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {  // the state step t started from
+        std::memcpy(h_prev_seq + t * B * Hr, pl.h_before(TimeOf(dir, t, T), T, B),
+                    B * Hr * sizeof(A));
+      }
+    });
+    if (!m.skips(pl.layer)) {
+      Gemm(d, true, false, G, pl.in_width, rows, dgx, x, false, dparams + reg.w, gemm::Sum::kLong);
+      Gemm(d, false, false, rows, pl.in_width, G, dgx, pl.w, dir > 0, dx);
+    } else {  // skip input: x was added to every gate
+      ParallelFor(d, rows, G * 8.0, G * 1.0, [&](int64_t begin, int64_t end) {
+        for (int64_t row = begin; row < end; ++row) {
+          for (int64_t j = 0; j < H; ++j) {
+            A sum = dir > 0 ? dx[row * H + j] : A(0);
+            for (int g = 0; g < m.gates(); ++g) sum += dgx[row * G + g * H + j];
+            dx[row * H + j] = sum;
+          }
+        }
+      });
+    }
+    Gemm(d, true, false, G, Hr, rows, dgh, h_prev_seq, false, dparams + reg.r, gemm::Sum::kLong);
+    if (m.has_proj()) {
+      Gemm(d, true, false, Hr, H, rows, bufs[dir].dh_total, bufs[dir].m_seq, false,
+           dparams + reg.proj, gemm::Sum::kLong);
+    }
+    ReduceRows<A>(d, rows, G, [&](int64_t r, int64_t j) { return dgx[r * G + j]; },
+                  dparams + reg.bias_w);
+    ReduceRows<A>(d, rows, G, [&](int64_t r, int64_t j) { return dgh[r * G + j]; },
+                  dparams + reg.bias_r);
+  }
+}
+
+template <typename T, typename A>
+absl::Status Backward(OpKernelContext* ctx, const RnnModel& m, const RnnRun& run,
+                      const T* input, const T* input_h, const T* input_c, const T* params,
+                      const T* output_backprop, const T* output_h_backprop,
+                      const T* output_c_backprop, const uint8_t* reserve, T* input_backprop,
+                      T* input_h_backprop, T* input_c_backprop, T* params_backprop) {
+  const CPUDevice& d = ctx->eigen_device<CPUDevice>();
+  const int64_t T_ = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
+  const int64_t LD = m.num_pseudo_layers(), D = m.num_dirs, G = m.gate_width();
+  const bool lstm = m.mode == RnnMode::kLstm, gru = m.mode == RnnMode::kGru;
+  const int64_t n_params = CheckedParamsSize(m);
+  if (T_ == 0 || B == 0) {  // nothing ran: state gradients pass through, the rest is zero
+    Convert(d, output_h_backprop, input_h_backprop, LD * B * Hr);
+    if (lstm) Convert(d, output_c_backprop, input_c_backprop, LD * B * H);
+    Fill(d, params_backprop, n_params, T(0));
+    return absl::OkStatus();
+  }
+  std::vector<int64_t> len(B, T_);
+  if (run.seq_lengths != nullptr) {
+    for (int64_t b = 0; b < B; ++b) len[b] = run.seq_lengths[b];
+  }
+  const auto* header = reinterpret_cast<const RnnReserveHeader*>(reserve);
+  const bool dropout = header->dropout != 0;
+  const WorkspaceLayout lay(m, run, dropout);
+  // The forward's saved states are read only; PseudoLayer's pointers are non-const for reuse.
+  A* ws = reinterpret_cast<A*>(const_cast<uint8_t*>(reserve) + sizeof(RnnReserveHeader));
+
+  Tensor holders[17];
+  const A *P, *x0, *h0, *c0 = nullptr, *dy_top, *dhT, *dcT = nullptr;
+  TF_RETURN_IF_ERROR(AsAcc(ctx, params, n_params, &holders[0], &P));
+  TF_RETURN_IF_ERROR(ToTimeMajor(ctx, run, m.input_size, input, &holders[1], &x0));
+  TF_RETURN_IF_ERROR(AsAcc(ctx, input_h, LD * B * Hr, &holders[2], &h0));
+  if (lstm) TF_RETURN_IF_ERROR(AsAcc(ctx, input_c, LD * B * H, &holders[3], &c0));
+  TF_RETURN_IF_ERROR(ToTimeMajor(ctx, run, D * Hr, output_backprop, &holders[4], &dy_top));
+  TF_RETURN_IF_ERROR(AsAcc(ctx, output_h_backprop, LD * B * Hr, &holders[5], &dhT));
+  if (lstm) TF_RETURN_IF_ERROR(AsAcc(ctx, output_c_backprop, LD * B * H, &holders[6], &dcT));
+
+  // Per direction (D parts each): the sweep buffers (SweepBuffers) and R's packed columns.
+  const int64_t rows = T_ * B, max_in = std::max(m.input_size, D * Hr);
+  A *dparams, *dgx, *dgh, *dh_total, *m_seq = nullptr, *dm = nullptr, *carry, *direct = nullptr;
+  A *r_packed, *h_prev_seq, *dx, *dy_below, *d_state;
+  TF_RETURN_IF_ERROR(AllocateScratch(ctx, n_params, &holders[7], &dparams));
+  TF_RETURN_IF_ERROR(AllocateScratch(ctx, D * rows * G, &holders[8], &dgx));
+  dgh = dgx;  // recurrent-side gate gradients equal the input-side ones except for GRU
+  if (gru) TF_RETURN_IF_ERROR(AllocateScratch(ctx, D * rows * G, &holders[9], &dgh));
+  TF_RETURN_IF_ERROR(AllocateScratch(ctx, D * rows * Hr, &holders[10], &dh_total));
+  if (m.has_proj()) {
+    TF_RETURN_IF_ERROR(AllocateScratch(ctx, D * rows * H, &holders[11], &m_seq));
+    TF_RETURN_IF_ERROR(AllocateScratch(ctx, D * B * H, &holders[12], &dm));
+  }
+  TF_RETURN_IF_ERROR(AllocateScratch(ctx, D * B * Hr * 2, &holders[13], &carry));
+  if (gru) direct = carry + D * B * Hr;
+  const TeamPlan plan(d, m);
+  TF_RETURN_IF_ERROR(AllocateScratch(ctx, D * plan.bwd.size(), &holders[14], &r_packed));
+  TF_RETURN_IF_ERROR(AllocateScratch(ctx, rows * Hr, &holders[15], &h_prev_seq));
+  TF_RETURN_IF_ERROR(AllocateScratch(ctx, rows * max_in * 2, &holders[16], &dx));
+  dy_below = dx + rows * max_in;
+  Tensor state_holder;
+  TF_RETURN_IF_ERROR(AllocateScratch(ctx, LD * B * (Hr + H), &state_holder, &d_state));
+  Fill(d, dparams, n_params, A(0));
+
+  const A* dy = dy_top;
+  for (int64_t l = m.num_layers - 1; l >= 0; --l) {
+    const A* x = l == 0 ? x0 : ws + lay.input(l);
+    std::vector<PseudoLayer<A>> pls;
+    std::vector<SweepBuffers<A>> bufs;
+    pls.reserve(D);
+    for (int64_t dir = 0; dir < D; ++dir) {
+      const int64_t p = l * D + dir;
+      pls.emplace_back(m, p, P, ws, lay, h0, c0, B);
+      SweepBuffers<A> buf;
+      buf.dgx = dgx + dir * rows * G;
+      buf.dgh = dgh + dir * rows * G;
+      buf.dh_total = dh_total + dir * rows * Hr;
+      buf.m_seq = m_seq ? m_seq + dir * rows * H : nullptr;
+      buf.dh = d_state + p * B * (Hr + H);
+      buf.dc = buf.dh + B * Hr;
+      buf.dm = dm ? dm + dir * B * H : nullptr;
+      buf.carry = carry + dir * B * Hr;
+      buf.direct = direct ? direct + dir * B * Hr : nullptr;
+      A* packed = r_packed + dir * plan.bwd.size();
+      plan.PackBackward(d, m, pls[dir].r, packed);
+      buf.r_packed = packed;
+      std::memcpy(buf.dh, dhT + p * B * Hr, B * Hr * sizeof(A));
+      if (lstm) std::memcpy(buf.dc, dcT + p * B * H, B * H * sizeof(A));
+      bufs.push_back(buf);
+    }
+    BackwardLayer<A, MathFor<T>>(d, pls, plan, run, len, x, dy, bufs, h_prev_seq, dparams, dx);
+    for (int64_t dir = 0; dir < D; ++dir) {
+      const int64_t p = l * D + dir;
+      Convert(d, bufs[dir].dh, input_h_backprop + p * B * Hr, B * Hr);
+      if (lstm) Convert(d, bufs[dir].dc, input_c_backprop + p * B * H, B * H);
+    }
+    if (l > 0) {  // through the dropout between layers l-1 and l
+      const int64_t n = rows * D * Hr;
+      const A* mask = dropout ? ws + lay.mask(l) : nullptr;
+      ParallelFor(d, n, 12, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t k = begin; k < end; ++k) dy_below[k] = mask ? dx[k] * mask[k] : dx[k];
+      });
+      dy = dy_below;  // layer l-1 reads it while writing its own dx
+    }
+  }
+  FromTimeMajor(d, run, m.input_size, dx, input_backprop);
+  Convert(d, dparams, params_backprop, n_params);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+template <typename T>
+struct CudnnRnnForward<CPUDevice, T> {
+  absl::Status operator()(OpKernelContext* ctx, const RnnModel& m, const RnnRun& run,
+                          const RnnDropout& dropout, const T* input, const T* input_h,
+                          const T* input_c, const T* params, T* output, T* output_h,
+                          T* output_c, uint8_t* workspace) {
+    return Forward<T, AccFor<T>>(ctx, m, run, dropout, input, input_h, input_c, params, output,
+                                 output_h, output_c, workspace);
+  }
+};
+
+template <typename T>
+struct CudnnRnnBackward<CPUDevice, T> {
+  absl::Status operator()(OpKernelContext* ctx, const RnnModel& m, const RnnRun& run,
+                          const RnnReserveHeader& /*expected: the kernel checked it*/,
+                          const T* input, const T* input_h, const T* input_c, const T* params,
+                          const T* output_backprop, const T* output_h_backprop,
+                          const T* output_c_backprop, const uint8_t* reserve, T* input_backprop,
+                          T* input_h_backprop, T* input_c_backprop, T* params_backprop) {
+    return Backward<T, AccFor<T>>(
+        ctx, m, run, input, input_h, input_c, params, output_backprop, output_h_backprop,
+        output_c_backprop, reserve, input_backprop, input_h_backprop, input_c_backprop,
+        params_backprop);
+  }
+};
+
+#define TF_LSTM_INSTANTIATE_CPU(T)                 \
+  template struct CudnnRnnForward<CPUDevice, T>;   \
+  template struct CudnnRnnBackward<CPUDevice, T>;
+TF_LSTM_INSTANTIATE_CPU(Eigen::half)
+TF_LSTM_INSTANTIATE_CPU(Eigen::bfloat16)
+TF_LSTM_INSTANTIATE_CPU(float)
+TF_LSTM_INSTANTIATE_CPU(double)
+#undef TF_LSTM_INSTANTIATE_CPU
+
+}  // namespace tf_lstm_ops

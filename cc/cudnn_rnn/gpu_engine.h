@@ -1,0 +1,1165 @@
+// The CudnnRNN engine of the GPU launchers: forward and backprop of a multi-layer, optionally
+// bidirectional RNN in cuDNN's canonical form, templated on the backend (CudaBackend for the real
+// thing, HostBackend for the tests without a GPU) and on the storage type T (__half,
+// __nv_bfloat16, float, double). It mirrors the CPU functors (cc/kernels/cudnn_rnn_cpu.cc) in
+// semantics, in the reserve-space format (cudnn_rnn_types.h's WorkspaceLayout and header) and in
+// the dropout masks (the same counter-based RNG), so a reserve space means the same on every
+// device.
+//
+// Structure (as on the CPU): per pseudo-layer, the input projection of all steps is one GEMM (or
+// the skip-input broadcast); each step runs the recurrent GEMM (plus the projection GEMM for
+// LSTMP) and one fused element-wise kernel; backward runs one fused element-wise kernel and one
+// GEMM for dL/dh_prev per step (LSTMP: a second small kernel and the projection GEMM), then dW,
+// dR, dPmat, dx and the biases as whole-sequence GEMMs (the biases as GEMMs with a ones vector:
+// deterministic, no atomics anywhere). Everything is computed in Acc<T> (float, or double for
+// double): params, inputs and states are converted once, and the outputs rounded once; with
+// 16-bit storage the GEMMs multiply 16-bit operands instead (LoOperands).
+// Small batches without a projection run the forward recurrence instead as one persistent
+// launch per pseudo-layer (PersistentForwardFn, PlanPersistent: R on chip for every step), when
+// it fits on the device; backward is always per step.
+// The two directions of a layer run one after the other on the one stream; they are independent
+// and could run on two streams (not done: it would need events and a second cuBLAS workspace).
+//
+// Scratch: one caller-provided block carved by Carve*(), the same function for the size pass
+// (base == nullptr) and for the real block, so size and use never disagree.
+#ifndef TF_LSTM_OPS_CC_GPU_CUDNN_RNN_ENGINE_H_
+#define TF_LSTM_OPS_CC_GPU_CUDNN_RNN_ENGINE_H_
+
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "cc/gpu/common.h"
+#include "cc/gpu/launchers.h"
+#include "cc/core/cudnn_rnn_types.h"
+#include "cc/core/cudnn_rnn_cells.h"
+
+namespace tf_lstm_ops {
+namespace gpu {
+namespace rnn_detail {
+
+// ---- layout conversions ----------------------------------------------------------------------
+
+// dst [T,B,n] (time-major, To) from a batch-major src [B,T,n] (From); i indexes dst.
+template <typename From, typename To>
+struct BatchToTimeMajorFn {
+  const From* src;
+  To* dst;
+  int64_t time, batch, n;
+  TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
+    const int64_t k = i % n, tb = i / n, t = tb / batch, b = tb % batch;
+    dst[i] = Cast<To>(src[(b * time + t) * n + k]);
+  }
+};
+
+// dst [B,T,n] (batch-major, To) from a time-major src [T,B,n] (From); i indexes src.
+template <typename From, typename To>
+struct TimeToBatchMajorFn {
+  const From* src;
+  To* dst;
+  int64_t time, batch, n;
+  TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
+    const int64_t k = i % n, tb = i / n, t = tb / batch, b = tb % batch;
+    dst[(b * time + t) * n + k] = Cast<To>(src[i]);
+  }
+};
+
+// ---- forward -----------------------------------------------------------------------------------
+
+// Skip input: xw[row, g*H + j] = x[row, j] for every gate g.
+template <typename A>
+struct SkipProjectionFn {
+  const A* x;
+  A* xw;
+  int64_t H, G;
+  TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
+    const int64_t row = i / G, j = (i % G) % H;
+    xw[i] = x[row * H + j];
+  }
+};
+
+// Pre-activation of gate g at unit j: input side (W·x + b_W) plus recurrent side (R·h + b_R),
+// summed in the CPU's order.
+template <typename A>
+TF_LSTM_HOST_DEVICE inline A XSide(const A* gx, const A* bias_w, int64_t g, int64_t H, int64_t j) {
+  return gx[g * H + j] + bias_w[g * H + j];
+}
+
+// One LSTM step for one (row b, unit j): i = b*H + j. Rows past their length hold their state
+// and zero their saved gates. Without a projection m_out == h_out (Hr == H).
+template <typename A, typename Math>
+struct LstmStepFn {
+  const A* xw;   // this step's W·x [B, 4H]
+  const A* rec;  // R·h_prev [B, 4H]
+  const A *bias_w, *bias_r;
+  const A *h_prev, *c_prev;  // [B, Hr], [B, H]
+  A *h_out, *c_out, *m_out;  // [B, Hr], [B, H], [B, H]
+  A* saved;                  // [B, 4H]: i, f, c~, o
+  const int32_t* len;
+  int64_t t, H, Hr;
+  TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
+    const int64_t b = i / H, j = i % H, G = 4 * H;
+    A* s = saved + b * kSavedGates * H;
+    if (t >= len[b]) {  // past this sequence's end: hold the state
+      if (j < Hr) h_out[b * Hr + j] = h_prev[b * Hr + j];
+      c_out[i] = c_prev[i];
+      for (int g = 0; g < kSavedGates; ++g) s[g * H + j] = A(0);
+      return;
+    }
+    const A* gx = xw + b * G;
+    const A* gh = rec + b * G;
+    const CellActivations<A> a = CudnnLstmForward<A, Math>(
+        XSide(gx, bias_w, 0, H, j) + XSide(gh, bias_r, 0, H, j),
+        XSide(gx, bias_w, 1, H, j) + XSide(gh, bias_r, 1, H, j),
+        XSide(gx, bias_w, 2, H, j) + XSide(gh, bias_r, 2, H, j),
+        XSide(gx, bias_w, 3, H, j) + XSide(gh, bias_r, 3, H, j), c_prev[i]);
+    CudnnLstmSave(a, s, H, j);
+    c_out[i] = a.cs;
+    m_out[i] = a.h;
+  }
+};
+
+// One GRU ("linear before reset") step; Hr == H.
+template <typename A, typename Math>
+struct GruStepFn {
+  const A *xw, *rec, *bias_w, *bias_r, *h_prev;
+  A *h_out, *saved;  // saved: r, u, h~, R_h h + b_Rh
+  const int32_t* len;
+  int64_t t, H;
+  TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
+    const int64_t b = i / H, j = i % H, G = 3 * H;
+    A* s = saved + b * kSavedGates * H;
+    if (t >= len[b]) {
+      h_out[i] = h_prev[i];
+      for (int g = 0; g < kSavedGates; ++g) s[g * H + j] = A(0);
+      return;
+    }
+    const A* gx = xw + b * G;
+    const A* gh = rec + b * G;
+    const GruActivations<A> a = GruForward<A, Math>(
+        XSide(gx, bias_w, 0, H, j), XSide(gx, bias_w, 1, H, j), XSide(gx, bias_w, 2, H, j),
+        XSide(gh, bias_r, 0, H, j), XSide(gh, bias_r, 1, H, j), XSide(gh, bias_r, 2, H, j),
+        h_prev[i]);
+    s[j] = a.r;
+    s[H + j] = a.u;
+    s[2 * H + j] = a.candidate;
+    s[3 * H + j] = a.recurrent_candidate;
+    h_out[i] = a.h;
+  }
+};
+
+// One plain RNN step (tanh or relu); Hr == H, no saved gates.
+template <typename A, typename Math>
+struct SimpleStepFn {
+  const A *xw, *rec, *bias_w, *bias_r, *h_prev;
+  A* h_out;
+  const int32_t* len;
+  int64_t t, H;
+  bool relu;
+  TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
+    const int64_t b = i / H, j = i % H;
+    if (t >= len[b]) {
+      h_out[i] = h_prev[i];
+      return;
+    }
+    h_out[i] = SimpleRnnForward<A, Math>(
+        relu, XSide(xw + b * H, bias_w, 0, H, j) + XSide(rec + b * H, bias_r, 0, H, j));
+  }
+};
+
+// LSTMP with per-example lengths: the projection's result replaces h for the rows that ran.
+template <typename A>
+struct ProjSelectFn {
+  const A* proj;
+  A* h_out;
+  const int32_t* len;
+  int64_t t, Hr;
+  TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
+    if (t < len[i / Hr]) h_out[i] = proj[i];
+  }
+};
+
+// ---- forward, persistent (small batches) ------------------------------------------------------
+
+// The recurrence of one pseudo-layer without a projection (Hr == H) as one persistent launch:
+// phase `step` is one step; block k owns units [k*U, k*U + U) of every gate and keeps their rows
+// of R in shared memory for the whole sequence. Per step:
+//   part 0  stage h_prev [B, H] in shared memory (at step 0 also load the block's rows of R);
+//   part 1  the dot products R_row·h_prev[b] for every (row b, gate, unit), each split over S
+//           threads (k = s, s + S, ...; S fills the block when B·rows is small) into partial
+//           sums in shared memory;
+//   part 2  each dot product as its partial sums added in the order s = 0..S-1 (fixed:
+//           deterministic, no atomics), into the block's columns of `rec` [B, G];
+//   part 3  the per-step path's step functor on the block's units (it reads only their columns).
+// h passes from step to step through the workspace (global memory), behind the grid barrier.
+// Shared memory, in A: the R rows [gates*U][H+1], h_prev [B][H+1] (the odd row stride keeps
+// threads that read different rows at the same k on different banks), the partial sums
+// [B*gates*U][S]. With round_h (RnnEngine::LoOperands) h_prev is staged rounded to the storage
+// type T, the operand the per-step path's 16-bit GEMM multiplies.
+template <typename T, typename A, typename Math>
+struct PersistentForwardFn {
+  static constexpr int kParts = 4;
+  static constexpr int64_t kMaxSplits = 32;
+  const A *r, *xw, *bias_w, *bias_r, *h0, *c0;  // r [G, H]; xw [T, B, G]; c0 LSTM only
+  A *h, *c, *gates, *rec;                       // workspace sequences; rec [B, G] scratch
+  const int32_t* len;
+  int64_t time, batch, H, dir;
+  int64_t gates_per_unit, units, threads;  // gates of the mode (4, 3, 1), U, block size
+  RnnMode mode;
+  int64_t splits;  // S = Splits(batch * gates_per_unit * units, threads)
+  bool round_h;
+
+  // The largest power of two up to kMaxSplits that gives every (output, split) its own thread.
+  static int64_t Splits(int64_t outputs, int64_t threads) {
+    int64_t splits = 1;
+    while (splits < kMaxSplits && outputs * splits * 2 <= threads) splits *= 2;
+    return splits;
+  }
+  static int64_t SharedElements(int64_t gates_per_unit, int64_t units, int64_t H, int64_t batch,
+                                int64_t threads) {
+    const int64_t outputs = batch * gates_per_unit * units;
+    return (gates_per_unit * units + batch) * (H + 1) + outputs * Splits(outputs, threads);
+  }
+
+  TF_LSTM_HOST_DEVICE void operator()(int block, int thread, int64_t step, int part,
+                                      void* shared) const {
+    const int64_t ld = H + 1, G = gates_per_unit * H, rows = gates_per_unit * units;
+    const int64_t j0 = block * units;
+    const int64_t units_here = H - j0 < units ? H - j0 : units;  // the last block may have fewer
+    A* r_rows = static_cast<A*>(shared);
+    A* h_shared = r_rows + rows * ld;
+    A* partial = h_shared + batch * ld;
+    const A* h_prev = step == 0 ? h0 : h + TimeOf(dir, step - 1, time) * batch * H;
+    if (part == 0) {
+      if (step == 0) {  // row g*U + u of the block is row g*H + j0 + u of R
+        for (int64_t row = 0; row < rows; ++row) {
+          const int64_t g = row / units, u = row % units;
+          if (u >= units_here) continue;
+          const A* src = r + (g * H + j0 + u) * H;
+          for (int64_t k = thread; k < H; k += threads) r_rows[row * ld + k] = src[k];
+        }
+      }
+      for (int64_t b = 0; b < batch; ++b) {
+        for (int64_t k = thread; k < H; k += threads) {
+          const A v = h_prev[b * H + k];
+          h_shared[b * ld + k] = round_h ? Cast<A>(Cast<T>(v)) : v;
+        }
+      }
+    } else if (part == 1) {
+      for (int64_t i = thread; i < batch * rows * splits; i += threads) {
+        const int64_t o = i / splits, s = i % splits, row = o % rows;
+        if (row % units >= units_here) continue;
+        const A* hb = h_shared + (o / rows) * ld;
+        const A* rr = r_rows + row * ld;
+        A sum = A(0);
+        for (int64_t k = s; k < H; k += splits) sum += hb[k] * rr[k];
+        partial[i] = sum;
+      }
+    } else if (part == 2) {
+      for (int64_t o = thread; o < batch * rows; o += threads) {
+        const int64_t b = o / rows, row = o % rows, g = row / units, u = row % units;
+        if (u >= units_here) continue;
+        A sum = partial[o * splits];
+        for (int64_t s = 1; s < splits; ++s) sum += partial[o * splits + s];
+        rec[b * G + g * H + j0 + u] = sum;
+      }
+    } else {
+      const int64_t t = TimeOf(dir, step, time);
+      const A* xw_t = xw + t * batch * G;
+      A* h_out = h + t * batch * H;
+      A* saved = gates + t * batch * kSavedGates * H;
+      for (int64_t i = thread; i < batch * units_here; i += threads) {
+        const int64_t at = (i / units_here) * H + j0 + i % units_here;  // b*H + j
+        switch (mode) {
+          case RnnMode::kLstm: {
+            const A* c_prev = step == 0 ? c0 : c + TimeOf(dir, step - 1, time) * batch * H;
+            LstmStepFn<A, Math>{xw_t,  rec,   bias_w, bias_r, h_prev, c_prev,
+                                h_out, c + t * batch * H, h_out, saved, len, t, H, H}(at);
+            break;
+          }
+          case RnnMode::kGru:
+            GruStepFn<A, Math>{xw_t, rec, bias_w, bias_r, h_prev, h_out, saved, len, t, H}(at);
+            break;
+          default:
+            SimpleStepFn<A, Math>{xw_t, rec,      bias_w, bias_r, h_prev,
+                                  h_out, len, t, H, mode == RnnMode::kRnnRelu}(at);
+        }
+      }
+    }
+  }
+};
+
+// This direction's half of the layer output [T, B, D*Hr]: the state where the row ran, else 0.
+template <typename A>
+struct LayerOutputFn {
+  const A* h;  // [T, B, Hr]
+  A* y;
+  const int32_t* len;
+  int64_t batch, Hr, DHr, dir;
+  TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
+    const int64_t tb = i / Hr, k = i % Hr;
+    y[tb * DHr + dir * Hr + k] = tb / batch < len[tb % batch] ? h[i] : A(0);
+  }
+};
+
+// Inverted dropout in place on the next layer's input, storing the scale (0 or 1/(1-rate)).
+template <typename A>
+struct DropoutFn {
+  A* next;
+  A* mask;
+  uint64_t stream;
+  float rate;
+  A scale;
+  TF_LSTM_HOST_DEVICE void operator()(int64_t k) const {
+    mask[k] = DropoutDrops(stream, k, rate) ? A(0) : scale;
+    next[k] = next[k] * mask[k];
+  }
+};
+
+// ---- backward ----------------------------------------------------------------------------------
+
+// The reserve header against the expected one: flag = 1 on any difference.
+struct HeaderCheckFn {
+  const uint64_t* header;
+  uint64_t expected[4];  // magic, config_hash, bytes, dropout
+  int32_t* flag;
+  TF_LSTM_HOST_DEVICE void operator()(int64_t) const {
+    bool bad = false;
+    for (int k = 0; k < 4; ++k) bad = bad || header[k] != expected[k];
+    flag[0] = bad ? 1 : 0;
+  }
+};
+
+template <typename T>
+struct NanIfFlagFn {
+  const int32_t* flag;
+  T* out;
+  T nan;
+  TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
+    if (flag[0] != 0) out[i] = nan;
+  }
+};
+
+// h_prev of every step, [T, B, Hr]: the initial state, or the state of the preceding step;
+// also rounded to T into out_lo when given (RnnEngine::LoOperands).
+template <typename A, typename T>
+struct PrevStateFn {
+  const A *h0, *h;
+  A* out;
+  T* out_lo;
+  int64_t time, bn, dir;
+  TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
+    const int64_t t = i / bn, r = i % bn, src = dir == 0 ? t - 1 : t + 1;
+    const A v = src < 0 || src >= time ? h0[r] : h[src * bn + r];
+    out[i] = v;
+    if (out_lo != nullptr) out_lo[i] = Cast<T>(v);
+  }
+};
+
+// The gradient carried on h ([B, Hr]) into a step: after the previously processed step, rows
+// that ran take R^T·dgates (+ GRU's direct term); rows that did not pass theirs through.
+template <typename A>
+struct Carry {
+  A* dh;            // carried gradient, updated in place
+  const A* carry;   // R^T·dgates of the previous step (its GEMM)
+  const A* direct;  // GRU: dh·u of the previous step; else nullptr
+  int64_t t_prev;   // time index of the previous step
+  bool has_prev;    // false at the first processed step
+  TF_LSTM_HOST_DEVICE A Update(int64_t i, int64_t len_b) const {
+    if (!has_prev || t_prev >= len_b) return dh[i];
+    const A v = carry[i] + (direct != nullptr ? direct[i] : A(0));
+    dh[i] = v;
+    return v;
+  }
+};
+
+// Over [B, Hr]: brings the carried gradient up to date, and writes the total dL/dh_t (LSTMP,
+// before the projection GEMM; dht row t) and/or the carried gradient rounded to T (the final
+// pass: input_h_backprop).
+template <typename A, typename T>
+struct CarryFn {
+  Carry<A> c;
+  const A* dy_t;  // dy + (t*B)*DHr + dir*Hr, rows of stride DHr
+  A* dht;         // [B, Hr] or nullptr
+  T* out;         // [B, Hr] or nullptr
+  const int32_t* len;
+  int64_t t, Hr, DHr;
+  TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
+    const int64_t b = i / Hr, k = i % Hr;
+    const A v = c.Update(i, len[b]);
+    if (dht != nullptr) dht[i] = t < len[b] ? v + dy_t[b * DHr + k] : A(0);
+    if (out != nullptr) out[i] = Cast<T>(v);
+  }
+};
+
+// LSTM backward step over [B, H]. Without a projection (dm == nullptr) it also does CarryFn's
+// work (Hr == H): dL/dm is the total dL/dh.
+template <typename A, typename Math>
+struct LstmBackFn {
+  Carry<A> carry;
+  const A* dy_t;
+  const A* dm;  // LSTMP: dL/dm [B, H] from the projection GEMM; else nullptr
+  const A *saved, *c, *c_prev;  // row t: [B, 4H], [B, H]; c_prev [B, H]
+  A *dc, *gx, *m_seq;           // dc [B, H] in place; gx row t [B, 4H]; m_seq row t or nullptr
+  const int32_t* len;
+  int64_t t, H, DHr;
+  TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
+    const int64_t b = i / H, j = i % H;
+    const bool active = t < len[b];
+    A dm_j;
+    if (dm == nullptr) {
+      const A v = carry.Update(i, len[b]);
+      dm_j = active ? v + dy_t[b * DHr + j] : A(0);
+    } else {
+      dm_j = dm[i];
+    }
+    A* g = gx + b * 4 * H;
+    if (!active) {
+      for (int k = 0; k < 4; ++k) g[k * H + j] = A(0);
+      if (m_seq != nullptr) m_seq[i] = A(0);
+      return;
+    }
+    const A* s = saved + b * kSavedGates * H;
+    const A co = Math::Tanh(c[i]);
+    const CellGradients<A> gr = CudnnLstmBackward(s, H, j, c[i], co, c_prev[i], dc[i], dm_j);
+    g[j] = gr.d_i;
+    g[H + j] = gr.d_f;
+    g[2 * H + j] = gr.d_c;
+    g[3 * H + j] = gr.d_o;
+    dc[i] = gr.cs_prev_grad;
+    if (m_seq != nullptr) m_seq[i] = s[3 * H + j] * co;  // m = o * tanh(c)
+  }
+};
+
+// GRU backward step over [B, H] (Hr == H); carry.direct == direct (read, then rewritten).
+template <typename A>
+struct GruBackFn {
+  Carry<A> carry;
+  const A* dy_t;
+  const A *saved, *h_prev;  // row t
+  A *gx, *gh, *direct;      // gx, gh row t [B, 3H]; direct [B, H]
+  const int32_t* len;
+  int64_t t, H, DHr;
+  TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
+    const int64_t b = i / H, j = i % H;
+    const bool active = t < len[b];
+    const A v = carry.Update(i, len[b]);
+    A* x_row = gx + b * 3 * H;
+    A* h_row = gh + b * 3 * H;
+    if (!active) {
+      for (int k = 0; k < 3; ++k) x_row[k * H + j] = h_row[k * H + j] = A(0);
+      return;
+    }
+    const A dh = v + dy_t[b * DHr + j];
+    const A* s = saved + b * kSavedGates * H;
+    const GruActivations<A> a{s[j], s[H + j], s[2 * H + j], s[3 * H + j], A(0)};
+    const GruGradients<A> g = GruBackward<A>(a, h_prev[i], dh);
+    x_row[j] = h_row[j] = g.d_r;
+    x_row[H + j] = h_row[H + j] = g.d_u;
+    x_row[2 * H + j] = g.d_xc;
+    h_row[2 * H + j] = g.d_hc;
+    direct[i] = g.h_prev_direct;
+  }
+};
+
+// Plain RNN backward step over [B, H].
+template <typename A>
+struct SimpleBackFn {
+  Carry<A> carry;
+  const A* dy_t;
+  const A* h;  // row t [B, H]: the step's output
+  A* gx;       // row t [B, H]
+  const int32_t* len;
+  int64_t t, H, DHr;
+  bool relu;
+  TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
+    const int64_t b = i / H, j = i % H;
+    const bool active = t < len[b];
+    const A v = carry.Update(i, len[b]);
+    gx[i] = active ? SimpleRnnBackward<A>(relu, h[i], v + dy_t[b * DHr + j]) : A(0);
+  }
+};
+
+// Skip input: dx[row, j] (+)= sum over the gates of dgx[row, g*H + j].
+template <typename A>
+struct SkipDxFn {
+  const A* dgx;
+  A* dx;
+  int64_t H, G;
+  int gates;
+  bool accumulate;
+  TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
+    const int64_t row = i / H, j = i % H;
+    A sum = accumulate ? dx[i] : A(0);
+    for (int g = 0; g < gates; ++g) sum += dgx[row * G + g * H + j];
+    dx[i] = sum;
+  }
+};
+
+template <typename A>
+struct ScaleByFn {  // x[k] *= mask[k] (dropout backward)
+  A* x;
+  const A* mask;
+  TF_LSTM_HOST_DEVICE void operator()(int64_t k) const { x[k] = x[k] * mask[k]; }
+};
+
+// ---- 16-bit GEMM operands (RnnEngine::LoOperands) ---------------------------------------------
+
+// A forward step functor over [B, H] (Hr == H), then the state it wrote rounded to T: the next
+// step's GEMM operand. Element i writes h[i] in every mode.
+template <typename Step, typename A, typename T>
+struct MirrorStateFn {
+  Step step;
+  const A* h;  // [B, H]: the step's h_out
+  T* h_lo;     // [B, H]
+  TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
+    step(i);
+    h_lo[i] = Cast<T>(h[i]);
+  }
+};
+
+// A backward step functor over [B, H], then the gate gradients it wrote (element b*H + j writes
+// [b, g*H + j] for every gate g) rounded to T; GRU's recurrent-side ones too (dgh != nullptr).
+template <typename Back, typename A, typename T>
+struct MirrorGatesFn {
+  Back back;
+  const A *dgx, *dgh;  // row t [B, G]
+  T *dgx_lo, *dgh_lo;  // row t [B, G]
+  int64_t H, gates;
+  TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
+    back(i);
+    const int64_t b = i / H, j = i % H;
+    for (int64_t g = 0; g < gates; ++g) {
+      const int64_t k = (b * gates + g) * H + j;
+      dgx_lo[k] = Cast<T>(dgx[k]);
+      if (dgh != nullptr) dgh_lo[k] = Cast<T>(dgh[k]);
+    }
+  }
+};
+
+}  // namespace rnn_detail
+
+template <typename Backend, typename T>
+struct RnnEngine {
+  using A = Acc<T>;
+  // σ and tanh as on the CPU: ExactMath for double, FastMath otherwise.
+  using Math = MathFor<T>;
+  static constexpr bool kSame = std::is_same_v<T, A>;
+
+  // With 16-bit storage the GEMMs take 16-bit operands and accumulate in float (tensor cores, as
+  // cuDNN): params and layer 0's input as given; later layers' inputs, the recurrent h and the
+  // gate gradients rounded to T once (h and the gate gradients by the step kernels that write
+  // them, MirrorStateFn / MirrorGatesFn; inputs and h_prev_seq by a pass each). The
+  // element-wise math, the saved states and the bias sums stay in float. Not with a projection
+  // (fp32 GEMMs there), nor for rnn_relu: relu's derivative jumps at 0, so rounding operands
+  // flips the gradient of elements whose pre-activation is near 0 by O(1) (seen on an H100 with
+  // TF32-rounded operands: a 2-layer bfloat16 model's dx off by 0.96 against the float64
+  // reference); it keeps fp32 GEMMs.
+  static bool LoOperands(const RnnModel& m) {
+    return !kSame && !m.has_proj() && m.mode != RnnMode::kRnnRelu;
+  }
+  // Whether layer 0's input is used in A: not under LoOperands, unless layer 0 skips its input.
+  static bool Layer0InputInA(const RnnModel& m) { return !LoOperands(m) || m.skips(0); }
+
+  // Row-major C (A) = op(a)·op(b) (+ C) on the T operands a_lo, b_lo under `lo`, else on the
+  // A operands a, b: one GEMM shape, two operand precisions.
+  static cudaError_t OperandGemm(Backend& be, bool lo, bool trans_a, bool trans_b, int64_t m,
+                                 int64_t n, int64_t k, const A* a, const T* a_lo, const A* b,
+                                 const T* b_lo, bool accumulate, A* c) {
+    if constexpr (!kSame) {
+      if (lo) return Gemm(be, trans_a, trans_b, m, n, k, a_lo, b_lo, accumulate, c);
+    }
+    return Gemm(be, trans_a, trans_b, m, n, k, a, b, accumulate, c);
+  }
+
+  // ---- scratch -------------------------------------------------------------------------------
+
+  struct ForwardBuffers {
+    A *params, *x, *h0, *c0;  // compute-type copies (x: none when T == A and time-major, or
+                              // when !Layer0InputInA)
+    A *xw, *rec, *y, *m_buf, *proj_buf;
+    T *x_lo, *h_lo;  // LoOperands: a layer's input [T·B, width]; h of the last two steps
+    int32_t* len;
+    void* blas;
+  };
+
+  static ForwardBuffers CarveForward(void* base, const RnnModel& m, const RnnRun& run,
+                                     size_t* bytes) {
+    ScratchCarver s(base);
+    ForwardBuffers f{};
+    const int64_t T_ = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
+    const int64_t LD = m.num_pseudo_layers(), rows = T_ * B;
+    const bool lstm = m.mode == RnnMode::kLstm;
+    f.blas = s.TakeBytes(Backend::kBlasWorkspaceBytes);
+    f.len = s.Take<int32_t>(B);
+    f.params = s.Take<A>(kSame ? 0 : CheckedParamsSize(m));
+    f.x = s.Take<A>((kSame && run.time_major) || !Layer0InputInA(m) ? 0 : rows * m.input_size);
+    f.h0 = s.Take<A>(kSame ? 0 : LD * B * Hr);
+    f.c0 = s.Take<A>(kSame || !lstm ? 0 : LD * B * H);
+    f.xw = s.Take<A>(rows * m.gate_width());
+    f.rec = s.Take<A>(B * m.gate_width());
+    // The last layer's output (earlier layers write straight into the workspace).
+    f.y = s.Take<A>(kSame && run.time_major ? 0 : rows * m.num_dirs * Hr);
+    f.m_buf = s.Take<A>(m.has_proj() ? B * H : 0);
+    f.proj_buf = s.Take<A>(m.has_proj() && run.seq_lengths != nullptr ? B * Hr : 0);
+    const bool lo = LoOperands(m);
+    f.x_lo = s.Take<T>(lo ? rows * std::max(m.input_size, m.num_dirs * Hr) : 0);
+    f.h_lo = s.Take<T>(lo ? 2 * B * H : 0);
+    *bytes = s.Bytes();
+    return f;
+  }
+
+  struct BackwardBuffers {
+    int32_t *flag, *len;
+    A *params, *x, *h0, *c0, *dy, *dhT, *dcT;
+    A *dparams, *dgx, *dgh, *dh_total, *m_seq, *dm, *carry, *direct, *h_prev_seq;
+    A *dx[2], *dh, *dc, *ones;
+    // LoOperands: T copies of a layer's input, dgx, dgh (== dgx_lo except for GRU), h_prev_seq
+    T *x_lo, *dgx_lo, *dgh_lo, *h_prev_lo;
+    void* blas;
+  };
+
+  static BackwardBuffers CarveBackward(void* base, const RnnModel& m, const RnnRun& run,
+                                       size_t* bytes) {
+    ScratchCarver s(base);
+    BackwardBuffers b{};
+    const int64_t T_ = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
+    const int64_t LD = m.num_pseudo_layers(), rows = T_ * B, G = m.gate_width();
+    const bool lstm = m.mode == RnnMode::kLstm, gru = m.mode == RnnMode::kGru;
+    const bool direct_x = kSame && run.time_major;
+    b.blas = s.TakeBytes(Backend::kBlasWorkspaceBytes);
+    b.flag = s.Take<int32_t>(1);
+    b.len = s.Take<int32_t>(B);
+    b.params = s.Take<A>(kSame ? 0 : CheckedParamsSize(m));
+    b.x = s.Take<A>(direct_x || !Layer0InputInA(m) ? 0 : rows * m.input_size);
+    b.h0 = s.Take<A>(kSame ? 0 : LD * B * Hr);
+    b.c0 = s.Take<A>(kSame || !lstm ? 0 : LD * B * H);
+    b.dy = s.Take<A>(direct_x ? 0 : rows * m.num_dirs * Hr);
+    b.dhT = s.Take<A>(kSame ? 0 : LD * B * Hr);
+    b.dcT = s.Take<A>(kSame || !lstm ? 0 : LD * B * H);
+    b.dparams = s.Take<A>(kSame ? 0 : CheckedParamsSize(m));
+    b.dgx = s.Take<A>(rows * G);
+    b.dgh = gru ? s.Take<A>(rows * G) : b.dgx;  // equal except for GRU
+    b.dh_total = s.Take<A>(m.has_proj() ? rows * Hr : 0);
+    b.m_seq = s.Take<A>(m.has_proj() ? rows * H : 0);
+    b.dm = s.Take<A>(m.has_proj() ? B * H : 0);
+    b.carry = s.Take<A>(B * Hr);
+    b.direct = gru ? s.Take<A>(B * Hr) : nullptr;
+    b.h_prev_seq = s.Take<A>(rows * Hr);
+    const int64_t max_in = std::max(m.input_size, m.num_dirs * Hr);
+    b.dx[0] = s.Take<A>(rows * max_in);
+    b.dx[1] = s.Take<A>(m.num_layers > 1 ? rows * max_in : 0);
+    b.dh = s.Take<A>(B * Hr);
+    b.dc = s.Take<A>(lstm ? B * H : 0);
+    b.ones = s.Take<A>(rows);
+    const bool lo = LoOperands(m);
+    b.x_lo = s.Take<T>(lo ? rows * max_in : 0);
+    b.dgx_lo = s.Take<T>(lo ? rows * G : 0);
+    b.dgh_lo = gru ? s.Take<T>(lo ? rows * G : 0) : b.dgx_lo;
+    b.h_prev_lo = s.Take<T>(lo ? rows * Hr : 0);
+    *bytes = s.Bytes();
+    return b;
+  }
+
+  static size_t ForwardScratchBytes(const RnnModel& m, const RnnRun& run, const RnnDropout&) {
+    size_t bytes;
+    CarveForward(nullptr, m, run, &bytes);
+    return bytes;
+  }
+
+  static size_t BackwardScratchBytes(const RnnModel& m, const RnnRun& run) {
+    size_t bytes;
+    CarveBackward(nullptr, m, run, &bytes);
+    return bytes;
+  }
+
+  // ---- helpers -------------------------------------------------------------------------------
+
+  // A [T,B,n] time-major compute-type view of an input in the run's layout.
+  static cudaError_t ToTimeMajor(Backend& be, const RnnRun& run, int64_t n, const T* src,
+                                 A* staging, const A** out) {
+    if (run.time_major) return AsAcc(be, src, run.time * run.batch * n, staging, out);
+    *out = staging;
+    return be.ForEach(run.time * run.batch * n,
+                      rnn_detail::BatchToTimeMajorFn<T, A>{src, staging, run.time, run.batch, n});
+  }
+
+  // Writes a time-major [T,B,n] compute-type buffer to dst in the run's layout and dtype.
+  static cudaError_t FromTimeMajor(Backend& be, const RnnRun& run, int64_t n, const A* src,
+                                   T* dst) {
+    if (run.time_major) return Convert(be, src, dst, run.time * run.batch * n);
+    return be.ForEach(run.time * run.batch * n,
+                      rnn_detail::TimeToBatchMajorFn<A, T>{src, dst, run.time, run.batch, n});
+  }
+
+  // Layer l's input [T·B, width] in T for LoOperands' GEMMs: layer 0's as given (time-major)
+  // or transposed, a later layer's (the workspace copy, after dropout) rounded.
+  static cudaError_t LayerInputLo(Backend& be, const RnnRun& run, int64_t l, int64_t width,
+                                  const T* input, const A* ws_input, T* staging, const T** out) {
+    const int64_t n = run.time * run.batch * width;
+    if (l == 0 && run.time_major) {
+      *out = input;
+      return cudaSuccess;
+    }
+    *out = staging;
+    if (l == 0) {
+      return be.ForEach(
+          n, rnn_detail::BatchToTimeMajorFn<T, T>{input, staging, run.time, run.batch, width});
+    }
+    return Convert(be, ws_input, staging, n);
+  }
+
+  static cudaError_t UploadLengths(Backend& be, const RnnRun& run, int32_t* len) {
+    if (run.seq_lengths != nullptr) return Upload(be, run.seq_lengths, len, run.batch);
+    return Fill(be, len, run.batch, static_cast<int32_t>(run.time));
+  }
+
+  // One pseudo-layer's params regions, saved states and initial state (cudnn_rnn_types.h).
+  using Layer = PseudoLayer<A>;
+
+  // ---- forward, persistent path ---------------------------------------------------------------
+
+  // Batches up to this size run each pseudo-layer's recurrence as one persistent launch (R in
+  // shared memory, a grid barrier per step) when the model qualifies and it fits on the device;
+  // otherwise, and for larger batches, every step is a GEMM and a kernel. Small batches make
+  // those launch-bound; larger ones use the GEMM's tensor-core throughput better. Backward
+  // always runs per step.
+  static constexpr int64_t kPersistentMaxBatch = 16;
+  static constexpr int kPersistentThreads = 256;
+  using PersistentFn = rnn_detail::PersistentForwardFn<T, A, Math>;
+
+  // The persistent launch's grid: `blocks` blocks of `units_per_block` hidden units each
+  // (blocks == 0: the per-step path); rnn_gpu.h's RnnForwardPath, which reports it.
+  using PersistentPlan = RnnForwardPath;
+
+  // Test-only switch (documented in tests/test_gpu_rnn_engine.py): TF_LSTM_OPS_RNN_PERSISTENT=0
+  // takes the per-step path always, so the tests can compare the two paths.
+  static bool PersistentDisabled() {
+    const char* value = std::getenv("TF_LSTM_OPS_RNN_PERSISTENT");
+    return value != nullptr && std::strcmp(value, "0") == 0;
+  }
+
+  // Qualifies: no projection, 1 <= batch <= kPersistentMaxBatch, and a grid whose blocks are all
+  // resident at once (a cooperative launch), each holding its rows of R and h_prev in shared
+  // memory. Takes the fewest units per block that fit: the most blocks, the least shared memory.
+  static PersistentPlan PlanPersistent(const Backend& be, const RnnModel& m, const RnnRun& run) {
+    const int64_t B = run.batch, H = m.num_units, gates = m.gates();
+    if (m.has_proj() || B < 1 || B > kPersistentMaxBatch || H < 1 || run.time < 1 ||
+        PersistentDisabled()) {
+      return {};
+    }
+    for (int64_t units = 1; units <= H;) {
+      const size_t bytes = static_cast<size_t>(PersistentFn::SharedElements(
+                               gates, units, H, B, kPersistentThreads)) * sizeof(A);
+      if (bytes > static_cast<size_t>(INT_MAX)) return {};
+      const int capacity =
+          be.template PersistentCapacity<PersistentFn>(kPersistentThreads, bytes);
+      if (capacity <= 0) return {};  // more units per block only need more shared memory
+      const int64_t blocks = (H + units - 1) / units;
+      if (blocks <= capacity) return {static_cast<int>(blocks), units, bytes};
+      units = std::max<int64_t>(units + 1, (H + capacity - 1) / capacity);
+    }
+    return {};
+  }
+
+  // The recurrence of ForwardLayer as one persistent launch. cudaErrorCooperativeLaunchTooLarge
+  // (nothing ran) when the grid did not fit after all.
+  static cudaError_t ForwardRecurrencePersistent(Backend& be, const RnnModel& m,
+                                                 const RnnRun& run, const PersistentPlan& plan,
+                                                 const Layer& pl, const int32_t* len,
+                                                 const ForwardBuffers& f) {
+    const int64_t splits =
+        PersistentFn::Splits(run.batch * m.gates() * plan.units_per_block, kPersistentThreads);
+    const PersistentFn fn{pl.r,      f.xw,      pl.bias_w,   pl.bias_r, pl.h0,
+                          pl.c0,     pl.h,      pl.c,        pl.gates,  f.rec,
+                          len,       run.time,  run.batch,   m.num_units, pl.dir,
+                          m.gates(), plan.units_per_block, kPersistentThreads, m.mode, splits,
+                          LoOperands(m)};
+    return be.Persistent(plan.blocks, kPersistentThreads, plan.shared_bytes, run.time,
+                         PersistentFn::kParts, fn);
+  }
+
+  // ---- forward -------------------------------------------------------------------------------
+
+  // The recurrence of ForwardLayer, a GEMM (R·h) and a fused element-wise kernel per step.
+  // LoOperands: the GEMM multiplies R and h in T (params, and input_h at step 0); each step's
+  // kernel also writes its h in T (f.h_lo, two alternating rows) for the next step's GEMM.
+  static cudaError_t ForwardRecurrencePerStep(Backend& be, const RnnModel& m, const RnnRun& run,
+                                              const Layer& pl, const int32_t* len,
+                                              const ForwardBuffers& f, const T* params,
+                                              const T* input_h) {
+    using namespace rnn_detail;  // NOLINT
+    const int64_t T_ = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
+    const int64_t G = m.gate_width();
+    const bool has_len = run.seq_lengths != nullptr;
+    const bool lo = LoOperands(m);  // then Hr == H
+    for (int64_t step = 0; step < T_; ++step) {
+      const int64_t t = TimeOf(pl.dir, step, T_);
+      const A* h_prev = pl.h_before(step, T_, B);
+      A* h_out = pl.h + t * B * Hr;
+      const A* xw_t = f.xw + t * B * G;
+      A* saved = pl.gates + t * B * kSavedGates * H;
+      const T* h_prev_lo = lo ? (step == 0 ? input_h + pl.p * B * H
+                                           : f.h_lo + ((step - 1) & 1) * B * H)
+                              : nullptr;
+      T* h_lo = lo ? f.h_lo + (step & 1) * B * H : nullptr;
+      TF_LSTM_GPU_RETURN_IF_ERROR(OperandGemm(be, lo, false, true, B, G, Hr, h_prev, h_prev_lo,
+                                              pl.r, params + pl.reg.r, false, f.rec));
+      // The step's kernel, mirroring its h into h_lo under lo.
+      auto launch = [&](const auto& fn) {
+        using Fn = std::decay_t<decltype(fn)>;
+        if constexpr (!kSame) {
+          if (lo) return be.ForEach(B * H, MirrorStateFn<Fn, A, T>{fn, h_out, h_lo});
+        }
+        return be.ForEach(B * H, fn);
+      };
+      switch (m.mode) {
+        case RnnMode::kLstm: {
+          A* m_out = m.has_proj() ? f.m_buf : h_out;
+          TF_LSTM_GPU_RETURN_IF_ERROR(
+              launch(LstmStepFn<A, Math>{xw_t, f.rec, pl.bias_w, pl.bias_r, h_prev,
+                                         pl.c_before(step, T_, B), h_out, pl.c + t * B * H,
+                                         m_out, saved, len, t, H, Hr}));
+          if (m.has_proj()) {  // h = Pmat·m for the rows that ran
+            A* dst = has_len ? f.proj_buf : h_out;
+            TF_LSTM_GPU_RETURN_IF_ERROR(
+                Gemm(be, false, true, B, Hr, H, f.m_buf, pl.proj, false, dst));
+            if (has_len) {
+              TF_LSTM_GPU_RETURN_IF_ERROR(
+                  be.ForEach(B * Hr, ProjSelectFn<A>{f.proj_buf, h_out, len, t, Hr}));
+            }
+          }
+          break;
+        }
+        case RnnMode::kGru:
+          TF_LSTM_GPU_RETURN_IF_ERROR(launch(GruStepFn<A, Math>{
+              xw_t, f.rec, pl.bias_w, pl.bias_r, h_prev, h_out, saved, len, t, H}));
+          break;
+        default:
+          TF_LSTM_GPU_RETURN_IF_ERROR(launch(SimpleStepFn<A, Math>{
+              xw_t, f.rec, pl.bias_w, pl.bias_r, h_prev, h_out, len, t, H,
+              m.mode == RnnMode::kRnnRelu}));
+      }
+    }
+    return cudaSuccess;
+  }
+
+  // x_lo, params, input_h: the layer input, params and initial states in T, read under
+  // LoOperands (x_lo is nullptr otherwise).
+  static cudaError_t ForwardLayer(Backend& be, const RnnModel& m, const RnnRun& run,
+                                  const PersistentPlan& plan, const Layer& pl,
+                                  const int32_t* len, const A* x, const ForwardBuffers& f,
+                                  A* y, const T* x_lo, const T* params, const T* input_h) {
+    using namespace rnn_detail;  // NOLINT
+    const int64_t T_ = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
+    const int64_t G = m.gate_width(), D = m.num_dirs, rows = T_ * B;
+    const bool lo = LoOperands(m);
+    // Input projection of every step: one GEMM (or the skip-input broadcast).
+    if (!m.skips(pl.layer)) {
+      TF_LSTM_GPU_RETURN_IF_ERROR(OperandGemm(be, lo, false, true, rows, G, pl.in_width, x, x_lo,
+                                              pl.w, params + pl.reg.w, false, f.xw));
+    } else {
+      TF_LSTM_GPU_RETURN_IF_ERROR(be.ForEach(rows * G, SkipProjectionFn<A>{x, f.xw, H, G}));
+    }
+    // The persistent launch where planned; per step when not, or when it did not fit after all.
+    cudaError_t status = cudaErrorCooperativeLaunchTooLarge;
+    if (plan.blocks > 0) status = ForwardRecurrencePersistent(be, m, run, plan, pl, len, f);
+    if (status == cudaErrorCooperativeLaunchTooLarge) {
+      status = ForwardRecurrencePerStep(be, m, run, pl, len, f, params, input_h);
+    }
+    TF_LSTM_GPU_RETURN_IF_ERROR(status);
+    // This direction's half of the layer output.
+    return be.ForEach(rows * Hr, LayerOutputFn<A>{pl.h, y, len, B, Hr, D * Hr, pl.dir});
+  }
+
+  static cudaError_t Forward(Backend& be, const RnnModel& m, const RnnRun& run,
+                             const RnnDropout& dropout, const T* input, const T* input_h,
+                             const T* input_c, const T* params, T* output, T* output_h,
+                             T* output_c, uint8_t* workspace, void* scratch) {
+    const int64_t T_ = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
+    const int64_t LD = m.num_pseudo_layers(), D = m.num_dirs, rows = T_ * B;
+    const bool lstm = m.mode == RnnMode::kLstm;
+    // The header first (kernel arguments: no host buffer, no synchronisation).
+    const RnnReserveHeader header =
+        MakeReserveHeader(m, run, dropout, sizeof(T), sizeof(A));
+    uint64_t words[sizeof(RnnReserveHeader) / sizeof(uint64_t)];
+    std::memcpy(words, &header, sizeof(header));
+    TF_LSTM_GPU_RETURN_IF_ERROR(Upload(be, words, reinterpret_cast<uint64_t*>(workspace),
+                                       static_cast<int64_t>(sizeof(words) / sizeof(words[0]))));
+    if (T_ == 0 || B == 0) {  // nothing runs: the final state is the initial state
+      TF_LSTM_GPU_RETURN_IF_ERROR(Convert(be, input_h, output_h, LD * B * Hr));
+      if (lstm) TF_LSTM_GPU_RETURN_IF_ERROR(Convert(be, input_c, output_c, LD * B * H));
+      return cudaSuccess;
+    }
+    size_t bytes;
+    const ForwardBuffers f = CarveForward(scratch, m, run, &bytes);
+    be.SetBlasWorkspace(f.blas);
+    TF_LSTM_GPU_RETURN_IF_ERROR(UploadLengths(be, run, f.len));
+    const WorkspaceLayout lay(m, run, dropout.active(m));
+    A* ws = reinterpret_cast<A*>(workspace + sizeof(RnnReserveHeader));
+
+    const PersistentPlan plan = PlanPersistent(be, m, run);  // the same for every layer
+    const A *P, *x0 = nullptr, *h0, *c0 = nullptr;
+    TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, params, CheckedParamsSize(m), f.params, &P));
+    if (Layer0InputInA(m)) {
+      TF_LSTM_GPU_RETURN_IF_ERROR(ToTimeMajor(be, run, m.input_size, input, f.x, &x0));
+    }
+    TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, input_h, LD * B * Hr, f.h0, &h0));
+    if (lstm) TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, input_c, LD * B * H, f.c0, &c0));
+
+    const bool lo = LoOperands(m);
+    for (int64_t l = 0; l < m.num_layers; ++l) {
+      const A* x = l == 0 ? x0 : ws + lay.input(l);
+      const T* x_lo = nullptr;
+      if (lo && !m.skips(l)) {
+        TF_LSTM_GPU_RETURN_IF_ERROR(
+            LayerInputLo(be, run, l, m.layer_input(l), input, x, f.x_lo, &x_lo));
+      }
+      // Earlier layers write their output straight into the next layer's input (then dropped
+      // out in place); the last one into `output` itself when it is time-major and T == A.
+      const bool last = l + 1 == m.num_layers;
+      A* y;
+      if (!last) {
+        y = ws + lay.input(l + 1);
+      } else if constexpr (kSame) {
+        y = run.time_major ? output : f.y;
+      } else {
+        y = f.y;
+      }
+      for (int64_t dir = 0; dir < D; ++dir) {
+        const int64_t p = l * D + dir;
+        const Layer pl(m, p, P, ws, lay, h0, c0, B);
+        TF_LSTM_GPU_RETURN_IF_ERROR(
+            ForwardLayer(be, m, run, plan, pl, f.len, x, f, y, x_lo, params, input_h));
+        // Final state: after the last processed step (rows past their end held it there).
+        const int64_t t_last = TimeOf(dir, T_ - 1, T_);
+        TF_LSTM_GPU_RETURN_IF_ERROR(
+            Convert(be, pl.h + t_last * B * Hr, output_h + p * B * Hr, B * Hr));
+        if (lstm) {
+          TF_LSTM_GPU_RETURN_IF_ERROR(
+              Convert(be, pl.c + t_last * B * H, output_c + p * B * H, B * H));
+        }
+      }
+      if (!last && dropout.active(m)) {  // the next layer's input, dropped out when training
+        const A scale = DropoutKeepScale<A>(dropout.rate);
+        TF_LSTM_GPU_RETURN_IF_ERROR(be.ForEach(
+            rows * D * Hr,
+            rnn_detail::DropoutFn<A>{y, ws + lay.mask(l + 1), DropoutStream(dropout, l),
+                                     dropout.rate, scale}));
+      }
+      if (last && static_cast<void*>(y) != static_cast<void*>(output)) {
+        TF_LSTM_GPU_RETURN_IF_ERROR(FromTimeMajor(be, run, D * Hr, y, output));
+      }
+    }
+    return cudaSuccess;
+  }
+
+  // ---- backward ------------------------------------------------------------------------------
+
+  // One pseudo-layer: consumes dy (its direction's half) and dh/dc (initialised with the final
+  // state gradients), writes its params gradients, input_h/c_backprop, and adds dL/dx to dx.
+  // x_lo, params: LoOperands' layer input and params in T (else unused).
+  static cudaError_t BackwardLayer(Backend& be, const RnnModel& m, const RnnRun& run,
+                                   const Layer& pl, const BackwardBuffers& s, const A* x,
+                                   const A* dy, A* dparams, A* dx, T* input_h_backprop,
+                                   T* input_c_backprop, const T* x_lo, const T* params) {
+    using namespace rnn_detail;  // NOLINT
+    const int64_t T_ = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
+    const int64_t G = m.gate_width(), D = m.num_dirs, rows = T_ * B, DHr = D * Hr;
+    const bool lstm = m.mode == RnnMode::kLstm, gru = m.mode == RnnMode::kGru;
+    const bool relu = m.mode == RnnMode::kRnnRelu;
+    const bool lo = LoOperands(m);
+    const int32_t* len = s.len;
+    TF_LSTM_GPU_RETURN_IF_ERROR(
+        be.ForEach(rows * Hr, PrevStateFn<A, T>{pl.h0, pl.h, s.h_prev_seq,
+                                                lo ? s.h_prev_lo : nullptr, T_, B * Hr, pl.dir}));
+    for (int64_t step = T_ - 1; step >= 0; --step) {
+      const int64_t t = TimeOf(pl.dir, step, T_);
+      const Carry<A> carry{s.dh, s.carry, s.direct, TimeOf(pl.dir, step + 1, T_), step < T_ - 1};
+      const A* dy_t = dy + t * B * DHr + pl.dir * Hr;
+      A* dgx_t = s.dgx + t * B * G;
+      A* dgh_t = s.dgh + t * B * G;
+      // The step's kernel, mirroring its gate gradients into T when lo.
+      auto launch = [&](const auto& fn) {
+        using Fn = std::decay_t<decltype(fn)>;
+        if constexpr (!kSame) {
+          if (lo) {
+            return be.ForEach(B * H, MirrorGatesFn<Fn, A, T>{fn, dgx_t, gru ? dgh_t : nullptr,
+                                                             s.dgx_lo + t * B * G,
+                                                             s.dgh_lo + t * B * G, H, m.gates()});
+          }
+        }
+        return be.ForEach(B * H, fn);
+      };
+      if (lstm) {
+        const A* dm = nullptr;
+        A* m_seq = nullptr;
+        if (m.has_proj()) {  // dL/dh_t, then dL/dm = Pmat^T·dL/dh_t
+          A* dht = s.dh_total + t * B * Hr;
+          TF_LSTM_GPU_RETURN_IF_ERROR(be.ForEach(
+              B * Hr, CarryFn<A, T>{carry, dy_t, dht, nullptr, len, t, Hr, DHr}));
+          TF_LSTM_GPU_RETURN_IF_ERROR(Gemm(be, false, false, B, H, Hr, dht, pl.proj, false, s.dm));
+          dm = s.dm;
+          m_seq = s.m_seq + t * B * H;
+        }
+        TF_LSTM_GPU_RETURN_IF_ERROR(
+            launch(LstmBackFn<A, Math>{carry, dy_t, dm, pl.gates + t * B * kSavedGates * H,
+                                       pl.c + t * B * H, pl.c_before(step, T_, B), s.dc,
+                                       dgx_t, m_seq, len, t, H, DHr}));
+      } else if (gru) {
+        TF_LSTM_GPU_RETURN_IF_ERROR(
+            launch(GruBackFn<A>{carry, dy_t, pl.gates + t * B * kSavedGates * H,
+                                s.h_prev_seq + t * B * Hr, dgx_t, dgh_t, s.direct, len, t, H,
+                                DHr}));
+      } else {
+        TF_LSTM_GPU_RETURN_IF_ERROR(launch(
+            SimpleBackFn<A>{carry, dy_t, pl.h + t * B * Hr, dgx_t, len, t, H, DHr, relu}));
+      }
+      // R^T through the recurrent-side gate gradients: the next step's carried gradient.
+      TF_LSTM_GPU_RETURN_IF_ERROR(OperandGemm(be, lo, false, false, B, Hr, G, dgh_t,
+                                              s.dgh_lo + t * B * G, pl.r, params + pl.reg.r,
+                                              false, s.carry));
+    }
+    // The gradient left after the first step is input_h_backprop; dc likewise.
+    const Carry<A> last{s.dh, s.carry, s.direct, TimeOf(pl.dir, 0, T_), true};
+    TF_LSTM_GPU_RETURN_IF_ERROR(be.ForEach(
+        B * Hr, CarryFn<A, T>{last, dy, nullptr, input_h_backprop + pl.p * B * Hr, len, 0, Hr,
+                              DHr}));
+    if (lstm) {
+      TF_LSTM_GPU_RETURN_IF_ERROR(Convert(be, s.dc, input_c_backprop + pl.p * B * H, B * H));
+    }
+    // Whole-sequence products.
+    if (!m.skips(pl.layer)) {
+      TF_LSTM_GPU_RETURN_IF_ERROR(OperandGemm(be, lo, true, false, G, pl.in_width, rows, s.dgx,
+                                              s.dgx_lo, x, x_lo, false, dparams + pl.reg.w));
+      TF_LSTM_GPU_RETURN_IF_ERROR(OperandGemm(be, lo, false, false, rows, pl.in_width, G, s.dgx,
+                                              s.dgx_lo, pl.w, params + pl.reg.w, pl.dir > 0,
+                                              dx));
+    } else {  // skip input: x was added to every gate
+      TF_LSTM_GPU_RETURN_IF_ERROR(be.ForEach(
+          rows * H, SkipDxFn<A>{s.dgx, dx, H, G, m.gates(), pl.dir > 0}));
+    }
+    TF_LSTM_GPU_RETURN_IF_ERROR(OperandGemm(be, lo, true, false, G, Hr, rows, s.dgh, s.dgh_lo,
+                                            s.h_prev_seq, s.h_prev_lo, false,
+                                            dparams + pl.reg.r));
+    if (m.has_proj()) {
+      TF_LSTM_GPU_RETURN_IF_ERROR(
+          Gemm(be, true, false, Hr, H, rows, s.dh_total, s.m_seq, false, dparams + pl.reg.proj));
+    }
+    // Biases: column sums as ones^T·dgates (deterministic, no atomics).
+    TF_LSTM_GPU_RETURN_IF_ERROR(
+        Gemm(be, false, false, 1, G, rows, s.ones, s.dgx, false, dparams + pl.reg.bias_w));
+    return Gemm(be, false, false, 1, G, rows, s.ones, s.dgh, false, dparams + pl.reg.bias_r);
+  }
+
+  static cudaError_t Backward(Backend& be, const RnnModel& m, const RnnRun& run,
+                              const RnnReserveHeader& expected, const T* input, const T* input_h,
+                              const T* input_c, const T* params, const T* output_backprop,
+                              const T* output_h_backprop, const T* output_c_backprop,
+                              const uint8_t* reserve, T* input_backprop, T* input_h_backprop,
+                              T* input_c_backprop, T* params_backprop, void* scratch) {
+    using namespace rnn_detail;  // NOLINT
+    const int64_t T_ = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
+    const int64_t LD = m.num_pseudo_layers(), D = m.num_dirs, rows = T_ * B;
+    const bool lstm = m.mode == RnnMode::kLstm;
+    const int64_t n_params = CheckedParamsSize(m);
+    size_t bytes;
+    const BackwardBuffers s = CarveBackward(scratch, m, run, &bytes);
+    be.SetBlasWorkspace(s.blas);
+    // The reserve header against the expected one, on the device.
+    HeaderCheckFn check{reinterpret_cast<const uint64_t*>(reserve),
+                        {expected.magic, expected.config_hash,
+                         static_cast<uint64_t>(expected.bytes), expected.dropout},
+                        s.flag};
+    TF_LSTM_GPU_RETURN_IF_ERROR(be.ForEach(1, check));
+
+    if (T_ == 0 || B == 0) {  // nothing ran: state gradients pass through, the rest is zero
+      TF_LSTM_GPU_RETURN_IF_ERROR(Convert(be, output_h_backprop, input_h_backprop, LD * B * Hr));
+      if (lstm) {
+        TF_LSTM_GPU_RETURN_IF_ERROR(Convert(be, output_c_backprop, input_c_backprop, LD * B * H));
+      }
+      TF_LSTM_GPU_RETURN_IF_ERROR(Fill(be, params_backprop, n_params, Cast<T>(0.0f)));
+    } else {
+      TF_LSTM_GPU_RETURN_IF_ERROR(UploadLengths(be, run, s.len));
+      const WorkspaceLayout lay(m, run, expected.dropout != 0);
+      // The forward's saved states are read only; Layer's pointers are non-const for reuse.
+      A* ws = reinterpret_cast<A*>(const_cast<uint8_t*>(reserve) + sizeof(RnnReserveHeader));
+
+      const A *P, *x0 = nullptr, *h0, *c0 = nullptr, *dy_top, *dhT, *dcT = nullptr;
+      TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, params, n_params, s.params, &P));
+      if (Layer0InputInA(m)) {
+        TF_LSTM_GPU_RETURN_IF_ERROR(ToTimeMajor(be, run, m.input_size, input, s.x, &x0));
+      }
+      TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, input_h, LD * B * Hr, s.h0, &h0));
+      if (lstm) TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, input_c, LD * B * H, s.c0, &c0));
+      TF_LSTM_GPU_RETURN_IF_ERROR(ToTimeMajor(be, run, D * Hr, output_backprop, s.dy, &dy_top));
+      TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, output_h_backprop, LD * B * Hr, s.dhT, &dhT));
+      if (lstm) TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, output_c_backprop, LD * B * H, s.dcT, &dcT));
+      TF_LSTM_GPU_RETURN_IF_ERROR(Fill(be, s.ones, rows, A(1)));
+      // Every params region is overwritten by a GEMM: no zeroing needed.
+      A* dparams;
+      if constexpr (kSame) {
+        dparams = params_backprop;
+      } else {
+        dparams = s.dparams;
+      }
+
+      const A* dy = dy_top;
+      int cur = 0;
+      const bool lo = LoOperands(m);
+      for (int64_t l = m.num_layers - 1; l >= 0; --l) {
+        const A* x = l == 0 ? x0 : ws + lay.input(l);
+        const T* x_lo = nullptr;
+        if (lo && !m.skips(l)) {
+          TF_LSTM_GPU_RETURN_IF_ERROR(
+              LayerInputLo(be, run, l, m.layer_input(l), input, x, s.x_lo, &x_lo));
+        }
+        A* dx = s.dx[cur];
+        if constexpr (kSame) {
+          if (l == 0 && run.time_major) dx = input_backprop;  // straight into the output
+        }
+        for (int64_t dir = 0; dir < D; ++dir) {
+          const int64_t p = l * D + dir;
+          const Layer pl(m, p, P, ws, lay, h0, c0, B);
+          TF_LSTM_GPU_RETURN_IF_ERROR(be.Copy(s.dh, dhT + p * B * Hr, B * Hr * sizeof(A)));
+          if (lstm) TF_LSTM_GPU_RETURN_IF_ERROR(be.Copy(s.dc, dcT + p * B * H, B * H * sizeof(A)));
+          TF_LSTM_GPU_RETURN_IF_ERROR(BackwardLayer(be, m, run, pl, s, x, dy, dparams, dx,
+                                                    input_h_backprop, input_c_backprop, x_lo,
+                                                    params));
+        }
+        if (l > 0) {  // through the dropout between layers l-1 and l (in place)
+          if (expected.dropout != 0) {
+            TF_LSTM_GPU_RETURN_IF_ERROR(
+                be.ForEach(rows * D * Hr, ScaleByFn<A>{dx, ws + lay.mask(l)}));
+          }
+          dy = dx;  // layer l-1 reads it while writing the other buffer
+          cur ^= 1;
+        } else if (static_cast<void*>(dx) != static_cast<void*>(input_backprop)) {
+          TF_LSTM_GPU_RETURN_IF_ERROR(FromTimeMajor(be, run, m.input_size, dx, input_backprop));
+        }
+      }
+      if constexpr (!kSame) {
+        TF_LSTM_GPU_RETURN_IF_ERROR(Convert(be, dparams, params_backprop, n_params));
+      }
+    }
+    // A reserve space from another configuration: every output is NaN.
+    const T nan = Cast<T>(std::numeric_limits<A>::quiet_NaN());
+    TF_LSTM_GPU_RETURN_IF_ERROR(
+        be.ForEach(rows * m.input_size, NanIfFlagFn<T>{s.flag, input_backprop, nan}));
+    TF_LSTM_GPU_RETURN_IF_ERROR(
+        be.ForEach(LD * B * Hr, NanIfFlagFn<T>{s.flag, input_h_backprop, nan}));
+    if (lstm) {
+      TF_LSTM_GPU_RETURN_IF_ERROR(
+          be.ForEach(LD * B * H, NanIfFlagFn<T>{s.flag, input_c_backprop, nan}));
+    }
+    return be.ForEach(n_params, NanIfFlagFn<T>{s.flag, params_backprop, nan});
+  }
+};
+
+}  // namespace gpu
+}  // namespace tf_lstm_ops
+
+#endif  // TF_LSTM_OPS_CC_GPU_CUDNN_RNN_ENGINE_H_

@@ -1,0 +1,711 @@
+// OpKernels of the CudnnRNN family: validate every input, allocate outputs, run the functors.
+// Registered twice on CPU: for our namespaced ops (TfLstm>CudnnRNN...) and for TF's own op names,
+// which a CPU build of TF has no kernels for, so existing graphs and SavedModels run on CPU.
+// With CUDA, also on the GPU for our namespaced ops only (TF's GPU build has cuDNN kernels for
+// its own names). The kernels are device-generic: validation is shared, and what differs per
+// device (how much of the reserve header the kernel can check, host writes into outputs) is in
+// ReserveCheck and DeviceMemory; the functors write the header themselves.
+#define EIGEN_USE_THREADS
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "cc/tf/cudnn_rnn/functor.h"
+#include "cc/core/cudnn_rnn_layout.h"
+#include "cc/tf/device.h"
+#include "cc/core/lstm_cell.h"  // AccFor
+#include "cc/tf/validation.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/register_types.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/util/env_var.h"
+#include "unsupported/Eigen/CXX11/Tensor"
+
+namespace tf_lstm_ops {
+namespace {
+
+using tensorflow::OpInputList;
+using tensorflow::OpKernel;
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using tensorflow::OpOutputList;
+using tensorflow::Tensor;
+using tensorflow::TensorShape;
+
+// The attributes every op of the family has (and the optional ones some have), read once.
+struct RnnAttrs {
+  RnnMode mode = RnnMode::kLstm;
+  std::string input_mode;
+  int64_t num_dirs = 1;
+  float dropout = 0;
+  uint64_t seed = 0;
+  int64_t num_proj = 0;
+  bool is_training = false;
+  bool time_major = true;
+
+  absl::Status Read(OpKernelConstruction* ctx) {
+    std::string mode, direction;
+    TF_RETURN_IF_ERROR(ctx->GetAttr("rnn_mode", &mode));
+    mode_name = mode;
+    this->mode = mode == "lstm"       ? RnnMode::kLstm
+                 : mode == "gru"      ? RnnMode::kGru
+                 : mode == "rnn_relu" ? RnnMode::kRnnRelu
+                                      : RnnMode::kRnnTanh;
+    TF_RETURN_IF_ERROR(ctx->GetAttr("input_mode", &input_mode));
+    TF_RETURN_IF_ERROR(ctx->GetAttr("direction", &direction));
+    num_dirs = direction == "bidirectional" ? 2 : 1;
+    TF_RETURN_IF_ERROR(ctx->GetAttr("dropout", &dropout));
+    if (!(dropout >= 0 && dropout <= 1)) {  // 1: every input of layers 1..L-1 dropped, as TF
+      return absl::InvalidArgumentError(
+          absl::StrCat("dropout must be in [0, 1] but is ", dropout));
+    }
+    int seed_attr, seed2_attr;
+    TF_RETURN_IF_ERROR(ctx->GetAttr("seed", &seed_attr));
+    TF_RETURN_IF_ERROR(ctx->GetAttr("seed2", &seed2_attr));
+    seed = (static_cast<uint64_t>(static_cast<uint32_t>(seed_attr)) << 32) |
+           static_cast<uint32_t>(seed2_attr);  // as TF combines them
+    if (ctx->HasAttr("num_proj")) {
+      int proj;
+      TF_RETURN_IF_ERROR(ctx->GetAttr("num_proj", &proj));
+      num_proj = proj;
+      if (num_proj < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("num_proj must be >= 0 but is ", proj));
+      }
+      if (num_proj > 0 && mode != "lstm") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "num_proj (", proj, ") is only supported with rnn_mode 'lstm', not '", mode, "'"));
+      }
+    }
+    if (ctx->HasAttr("is_training")) TF_RETURN_IF_ERROR(ctx->GetAttr("is_training", &is_training));
+    if (ctx->HasAttr("time_major")) TF_RETURN_IF_ERROR(ctx->GetAttr("time_major", &time_major));
+    return absl::OkStatus();
+  }
+
+  // The projection width of a model with `num_units` cells: num_proj, or 0 (none) when it
+  // equals num_units, as TF's kernels read it.
+  int64_t ProjectionFor(int64_t num_units) const { return num_proj == num_units ? 0 : num_proj; }
+
+  // skip_input / auto_select (auto: skip iff the input width equals the cell width), for a model
+  // whose projection width is `proj` (0: none).
+  absl::Status ResolveSkip(int64_t input_size, int64_t cell_width, int64_t proj,
+                           bool* skip) const {
+    *skip = input_mode == "skip_input" || (input_mode == "auto_select" && input_size == cell_width);
+    if (proj > 0 && input_mode != "linear_input") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input_mode '", input_mode, "' cannot be combined with num_proj (", num_proj,
+          "): use linear_input"));
+    }
+    if (input_mode == "skip_input" && input_size != cell_width) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input_mode 'skip_input' needs input_size == num_units, but input_size is ", input_size,
+          " and num_units is ", cell_width));
+    }
+    return absl::OkStatus();
+  }
+
+  std::string mode_name;
+};
+
+// The model and run sizes of a forward or backprop call, validated (spec §2, §7).
+absl::Status ResolveRun(const RnnAttrs& attrs, const Tensor& input, const Tensor& input_h,
+                        const Tensor& input_c, const Tensor& params, const Tensor* seq_lengths,
+                        RnnModel* m, RnnRun* run) {
+  const bool lstm = attrs.mode == RnnMode::kLstm;
+  TF_RETURN_IF_ERROR(CheckRank(input, "input", 3, "RNN input must be a 3-D vector."));
+  TF_RETURN_IF_ERROR(CheckRank(input_h, "input_h", 3, "RNN input_h must be a 3-D vector."));
+  if (lstm) TF_RETURN_IF_ERROR(CheckRank(input_c, "input_c", 3));
+  TF_RETURN_IF_ERROR(CheckRank(params, "params", 1));
+  const int time_axis = attrs.time_major ? 0 : 1, batch_axis = 1 - time_axis;
+  run->time = input.dim_size(time_axis);
+  run->batch = input.dim_size(batch_axis);
+  run->time_major = attrs.time_major;
+  run->seq_lengths = nullptr;
+
+  const int64_t D = attrs.num_dirs, B = run->batch;
+  const int64_t states = input_h.dim_size(time_axis), Hr = input_h.dim_size(2);
+  const char* h_meaning = attrs.time_major ? "[num_layers * num_dirs, batch_size, num_units]"
+                                           : "[batch_size, num_layers * num_dirs, num_units]";
+  if (states < D || states % D != 0 || input_h.dim_size(batch_axis) != B) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Invalid input_h shape: input_h must have shape ", h_meaning,
+        " with num_layers >= 1, num_dirs = ", D, " and batch_size = ", B, " (from input ",
+        input.shape().DebugString(), ") but has shape ", input_h.shape().DebugString()));
+  }
+  m->mode = attrs.mode;
+  m->num_layers = states / D;
+  m->num_dirs = D;
+  m->input_size = input.dim_size(2);
+  m->num_units = Hr;
+  // num_proj == num_units (input_c as wide as input_h) is no projection, as in TF.
+  m->num_proj = lstm ? attrs.ProjectionFor(input_c.dim_size(2)) : 0;
+  if (m->has_proj()) {
+    m->num_units = input_c.dim_size(2);
+    if (Hr != m->num_proj || m->num_proj >= m->num_units ||
+        input_c.dim_size(0) != input_h.dim_size(0) || input_c.dim_size(1) != input_h.dim_size(1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Invalid input_h and input_c w/ projection size: with num_proj = ", m->num_proj,
+          ", input_h must end in num_proj and input_c in num_units > num_proj, with equal "
+          "leading dims; got input_h ", input_h.shape().DebugString(), " and input_c ",
+          input_c.shape().DebugString()));
+    }
+  } else if (lstm && input_c.shape() != input_h.shape()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input_h and input_c must have the same shape w/o projection: input_c must have the "
+        "shape of input_h ", input_h.shape().DebugString(),
+        " (no projection) but has shape ", input_c.shape().DebugString()));
+  }
+  TF_RETURN_IF_ERROR(attrs.ResolveSkip(m->input_size, Hr, m->num_proj, &m->skip_input));
+
+  const int64_t expected = CheckedParamsSize(*m);
+  if (expected < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input_h ", input_h.shape().DebugString(), " and input ", input.shape().DebugString(),
+        " describe a model (num_layers ", m->num_layers, ", num_units ", m->num_units,
+        ", input_size ", m->input_size, ") whose params size overflows int64"));
+  }
+  // As TF's GPU kernels: a longer buffer (a layer's params built for a wider input) is used
+  // through its first `expected` elements; a shorter one is an error (TF reads past its end).
+  if (params.dim_size(0) < expected) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "params must have at least ", expected, " elements (CudnnRNNParamsSize of ",
+        attrs.mode_name, ", ", m->num_layers, " layer(s), num_units ", m->num_units,
+        ", input_size ", m->input_size, ", ", D, " direction(s)",
+        m->has_proj() ? absl::StrCat(", num_proj ", m->num_proj) : "", ") but has shape ",
+        params.shape().DebugString()));
+  }
+  int64_t unused;
+  TF_RETURN_IF_ERROR(
+      CheckedProduct({run->time, B, D, std::max(Hr, m->input_size)},
+                     "the output size from input and input_h (max_time * batch_size * num_dirs * "
+                     "width)", &unused));
+
+  if (seq_lengths != nullptr) {
+    TF_RETURN_IF_ERROR(CheckShape(*seq_lengths, "sequence_lengths", {{B, "batch_size"}}));
+    const auto lengths = seq_lengths->flat<int32_t>();
+    for (int64_t b = 0; b < B; ++b) {
+      if (lengths(b) < 0 || lengths(b) > run->time) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "sequence_lengths[", b, "] must be in [0, max_time = ", run->time, "] but is ",
+            lengths(b)));
+      }
+    }
+    run->seq_lengths = lengths.data();
+  }
+  if (RnnWorkspaceBytes(*m, *run, true, 8) < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the activations of this run (input ", input.shape().DebugString(), ", num_layers ",
+        m->num_layers, " and num_units ", m->num_units, " from input_h ",
+        input_h.shape().DebugString(), ") overflow int64 bytes"));
+  }
+  return absl::OkStatus();
+}
+
+TensorShape OutputShape(const RnnModel& m, const RnnRun& run) {
+  const int64_t width = m.num_dirs * m.output_width();
+  return run.time_major ? TensorShape({run.time, run.batch, width})
+                        : TensorShape({run.batch, run.time, width});
+}
+
+// Reserve space elements of T holding `bytes`.
+int64_t ReserveElements(int64_t bytes, int64_t elem) { return (bytes + elem - 1) / elem; }
+
+// How Backprop checks that a reserve space came from our forward with this configuration: on
+// the CPU the reserve space is host memory and its whole header is compared here; on the GPU it
+// is device memory, so only its exact size is checked here and the engine compares the header
+// with `expected` on the device.
+template <typename Device, typename T>
+struct ReserveCheck {
+  static bool Matches(const Tensor& reserve, const RnnReserveHeader& expected) {
+    const int64_t reserve_bytes = reserve.NumElements() * static_cast<int64_t>(sizeof(T));
+    RnnReserveHeader header{};
+    if (reserve.dims() == 1 && reserve_bytes >= static_cast<int64_t>(sizeof(header))) {
+      std::memcpy(&header, reserve.flat<T>().data(), sizeof(header));
+    }
+    // Exactly the forward's size, as on the GPU.
+    return reserve.NumElements() == ReserveElements(expected.bytes, sizeof(T)) &&
+           header.magic == expected.magic && header.dropout == expected.dropout &&
+           header.config_hash == expected.config_hash && header.bytes == expected.bytes;
+  }
+};
+
+#ifdef TF_LSTM_OPS_WITH_CUDA
+template <typename T>
+struct ReserveCheck<GpuDevice, T> {
+  static bool Matches(const Tensor& reserve, const RnnReserveHeader& expected) {
+    return reserve.dims() == 1 &&
+           reserve.NumElements() == ReserveElements(expected.bytes, sizeof(T));
+  }
+};
+#endif  // TF_LSTM_OPS_WITH_CUDA
+
+// CudnnRNN (kVersion 1), CudnnRNNV2 (2), CudnnRNNV3 (3).
+template <typename Device, typename T, int kVersion>
+class CudnnRNNForwardOp : public OpKernel {
+ public:
+  explicit CudnnRNNForwardOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, attrs_.Read(ctx));
+    // As TF's kernels (read once, when the kernel is built): the dropout RNG restarts from the
+    // seeds on every call, so two calls with the same seeds draw the same masks.
+    OP_REQUIRES_OK(ctx, tensorflow::ReadBoolFromEnvVar("TF_CUDNN_RESET_RND_GEN_STATE", false,
+                                                       &reset_rng_state_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& input = ctx->input(0);
+    const Tensor& input_h = ctx->input(1);
+    const Tensor& input_c = ctx->input(2);
+    const Tensor& params = ctx->input(3);
+    const Tensor* seq_lengths = kVersion == 3 ? &ctx->input(4) : nullptr;
+    RnnModel m;
+    RnnRun run;
+    OP_REQUIRES_OK(ctx, ResolveRun(attrs_, input, input_h, input_c, params, seq_lengths, &m, &run));
+    const bool lstm = m.mode == RnnMode::kLstm;
+
+    Tensor *output, *output_h, *output_c, *reserve;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, OutputShape(m, run), &output));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, input_h.shape(), &output_h));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, lstm ? input_c.shape() : TensorShape({}),
+                                             &output_c));
+    if (!lstm) {  // TF leaves it uninitialised
+      OP_REQUIRES_OK(ctx, DeviceMemory<Device>::template SetZero<T>(ctx, output_c));
+    }
+
+    using Acc = AccFor<T>;
+    const RnnDropout dropout{attrs_.is_training ? attrs_.dropout : 0.0f, attrs_.seed,
+                             reset_rng_state_ ? 0 : call_.fetch_add(1)};
+    const int64_t bytes = RnnWorkspaceBytes(m, run, dropout.active(m), sizeof(Acc));
+    Tensor scratch;
+    uint8_t* workspace;
+    if (attrs_.is_training) {  // the reserve space: what our Backprop needs
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(
+                              3, TensorShape({ReserveElements(bytes, sizeof(T))}), &reserve));
+      workspace = reinterpret_cast<uint8_t*>(reserve->flat<T>().data());
+    } else {
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(3, TensorShape({}), &reserve));
+      OP_REQUIRES_OK(ctx, DeviceMemory<Device>::template SetZero<T>(ctx, reserve));
+      OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_UINT8, TensorShape({bytes}), &scratch));
+      workspace = scratch.flat<uint8_t>().data();
+    }
+
+    if (kVersion >= 2) {  // {algo id, tensor-op flag} for V2 training; a scalar otherwise
+      Tensor* host_reserved;  // host memory on every device
+      const bool pair = kVersion == 2 && attrs_.is_training;
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(4, pair ? TensorShape({2}) : TensorShape({}),
+                                               &host_reserved));
+      host_reserved->flat<int8_t>().setZero();
+    }
+    OP_REQUIRES_OK(ctx, CudnnRnnForward<Device, T>()(
+                            ctx, m, run, dropout, input.flat<T>().data(),
+                            input_h.flat<T>().data(), lstm ? input_c.flat<T>().data() : nullptr,
+                            params.flat<T>().data(), output->flat<T>().data(),
+                            output_h->flat<T>().data(), lstm ? output_c->flat<T>().data() : nullptr,
+                            workspace));
+  }
+
+ private:
+  RnnAttrs attrs_;
+  std::atomic<uint64_t> call_{0};  // dropout masks differ call to call, like cuDNN's RNG state
+  bool reset_rng_state_ = false;   // TF_CUDNN_RESET_RND_GEN_STATE: call_ stays 0
+};
+
+// CudnnRNNBackprop (kVersion 1), V2 (2), V3 (3).
+template <typename Device, typename T, int kVersion>
+class CudnnRNNBackpropOp : public OpKernel {
+ public:
+  explicit CudnnRNNBackpropOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, attrs_.Read(ctx));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor* in[13];
+    const char* names[] = {"input",           "input_h",           "input_c",
+                           "params",          "output",            "output_h",
+                           "output_c",        "output_backprop",   "output_h_backprop",
+                           "output_c_backprop", "reserve_space"};
+    for (int k = 0; k < 11; ++k) OP_REQUIRES_OK(ctx, ctx->input(names[k], &in[k]));
+    const Tensor* seq_lengths = nullptr;
+    if (kVersion == 3) OP_REQUIRES_OK(ctx, ctx->input("sequence_lengths", &seq_lengths));
+    RnnModel m;
+    RnnRun run;
+    OP_REQUIRES_OK(ctx, ResolveRun(attrs_, *in[0], *in[1], *in[2], *in[3], seq_lengths, &m, &run));
+    const bool lstm = m.mode == RnnMode::kLstm;
+
+    // The forward results and their gradients must have the forward's shapes.
+    const TensorShape output_shape = OutputShape(m, run);
+    for (int k : {4, 7}) {
+      OP_REQUIRES(ctx, in[k]->shape() == output_shape,
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "Invalid ", names[k], " shape: ", names[k],
+                      " must have the forward output's shape ",
+                      output_shape.DebugString(), " but has shape ",
+                      in[k]->shape().DebugString())));
+    }
+    for (int k : {5, 8}) {
+      OP_REQUIRES(ctx, in[k]->shape() == in[1]->shape(),
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "Invalid ", names[k], " shape: ", names[k],
+                      " must have the shape of input_h ", in[1]->shape().DebugString(),
+                      " but has shape ", in[k]->shape().DebugString())));
+    }
+    if (lstm) {
+      for (int k : {6, 9}) {
+        OP_REQUIRES(ctx, in[k]->shape() == in[2]->shape(),
+                    absl::InvalidArgumentError(absl::StrCat(
+                        "Invalid ", names[k], " shape: ", names[k],
+                        " must have the shape of input_c ", in[2]->shape().DebugString(),
+                        " but has shape ",
+                        in[k]->shape().DebugString())));
+      }
+    }
+    // host_reserved must be what our training forward wrote: {algo, tensor-op flag} for V2 (TF's
+    // V2 kernel reads both), a scalar for V3.
+    if (kVersion >= 2) {
+      const Tensor* host_reserved;
+      OP_REQUIRES_OK(ctx, ctx->input("host_reserved", &host_reserved));
+      const TensorShape expected_shape = kVersion == 2 ? TensorShape({2}) : TensorShape({});
+      OP_REQUIRES(ctx, host_reserved->shape() == expected_shape,
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "host_reserved must have shape ", expected_shape.DebugString(),
+                      " (as the training forward writes it) but has shape ",
+                      host_reserved->shape().DebugString())));
+    }
+    // The reserve space must come from our forward with this exact configuration.
+    const Tensor& reserve = *in[10];
+    const RnnDropout dropout{attrs_.dropout, attrs_.seed, 0};
+    const RnnReserveHeader expected =
+        MakeReserveHeader(m, run, dropout, sizeof(T), sizeof(AccFor<T>));
+    OP_REQUIRES(
+        ctx, (ReserveCheck<Device, T>::Matches(reserve, expected)),
+        absl::InvalidArgumentError(absl::StrCat(
+            "reserve_space ", reserve.shape().DebugString(),
+            " was not produced by a training-mode (is_training=true) forward pass of this "
+            "model with these inputs' shapes, sequence_lengths, dropout and dtype")));
+
+    Tensor *input_backprop, *input_h_backprop, *input_c_backprop, *params_backprop;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, in[0]->shape(), &input_backprop));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, in[1]->shape(), &input_h_backprop));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, lstm ? in[2]->shape() : TensorShape({}),
+                                             &input_c_backprop));
+    if (!lstm) {
+      OP_REQUIRES_OK(ctx, DeviceMemory<Device>::template SetZero<T>(ctx, input_c_backprop));
+    }
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(3, in[3]->shape(), &params_backprop));
+    if (in[3]->NumElements() > CheckedParamsSize(m)) {  // the unused tail's gradient is 0, as TF's
+      OP_REQUIRES_OK(ctx, DeviceMemory<Device>::template SetZero<T>(ctx, params_backprop));
+    }
+    auto data = [](const Tensor* t) { return t->flat<T>().data(); };
+    OP_REQUIRES_OK(
+        ctx, CudnnRnnBackward<Device, T>()(
+                 ctx, m, run, expected, data(in[0]), data(in[1]), lstm ? data(in[2]) : nullptr,
+                 data(in[3]), data(in[7]), data(in[8]), lstm ? data(in[9]) : nullptr,
+                 reinterpret_cast<const uint8_t*>(reserve.flat<T>().data()),
+                 input_backprop->flat<T>().data(), input_h_backprop->flat<T>().data(),
+                 lstm ? input_c_backprop->flat<T>().data() : nullptr,
+                 params_backprop->flat<T>().data()));
+  }
+
+ private:
+  RnnAttrs attrs_;
+};
+
+// The model the params ops describe, from their three int32 scalars and the attrs.
+absl::Status ModelFromScalars(OpKernelContext* ctx, const RnnAttrs& attrs, RnnModel* m) {
+  const char* names[] = {"num_layers", "num_units", "input_size"};
+  int64_t values[3];
+  for (int k = 0; k < 3; ++k) {
+    const Tensor& t = ctx->input(k);
+    if (t.dims() != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(names[k], " is not a scalar: ", names[k],
+                                                     " must be a scalar but has shape ",
+                                                     t.shape().DebugString()));
+    }
+    values[k] = t.scalar<int32_t>()();
+    if (values[k] < (k == 2 ? 0 : 1)) {
+      return absl::InvalidArgumentError(absl::StrCat(names[k], " must be >= ", k == 2 ? 0 : 1,
+                                                     " but is ", values[k]));
+    }
+  }
+  *m = RnnModel{attrs.mode, values[0], values[1], values[2], attrs.ProjectionFor(values[1]),
+                attrs.num_dirs, false};
+  if (attrs.num_proj > 0 && attrs.num_proj > m->num_units) {
+    return absl::InvalidArgumentError(absl::StrCat("num_proj (", attrs.num_proj,
+                                                   ") must not exceed num_units (",
+                                                   m->num_units, ")"));
+  }
+  TF_RETURN_IF_ERROR(attrs.ResolveSkip(m->input_size, m->num_units, m->num_proj,
+                                       &m->skip_input));
+  if (CheckedParamsSize(*m) < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_layers (", values[0], "), num_units (", values[1], ") and input_size (", values[2],
+        ") give a params size that overflows int64"));
+  }
+  return absl::OkStatus();
+}
+
+template <typename T, typename S>
+class CudnnRNNParamsSizeOp : public OpKernel {
+ public:
+  explicit CudnnRNNParamsSizeOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, attrs_.Read(ctx));
+  }
+  void Compute(OpKernelContext* ctx) override {
+    RnnModel m;
+    OP_REQUIRES_OK(ctx, ModelFromScalars(ctx, attrs_, &m));
+    const int64_t size = CheckedParamsSize(m);
+    OP_REQUIRES(ctx, size <= std::numeric_limits<S>::max(),
+                absl::InvalidArgumentError(absl::StrCat(
+                    "params_size ", size, " does not fit the output type; use S=int64")));
+    Tensor* out;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({1}), &out));
+    out->flat<S>()(0) = static_cast<S>(size);
+  }
+
+ private:
+  RnnAttrs attrs_;
+};
+
+// One canonical tensor (spec §5.1): which output/input list entry it is, where it lives in
+// params, and its shape ([rows, cols] for weights, [rows] for biases).
+struct CanonicalRegion {
+  bool is_weight;
+  int index;  // in the weights or the biases list
+  int64_t offset;
+  TensorShape shape;
+};
+
+// The canonical weights, then the biases, of a model, in canonical order.
+std::vector<CanonicalRegion> CanonicalRegions(const RnnModel& m) {
+  std::vector<CanonicalRegion> weights, biases;
+  const int64_t H = m.num_units, Hr = m.output_width();
+  auto weight = [&](int64_t offset, int64_t rows, int64_t cols) {
+    weights.push_back({true, static_cast<int>(weights.size()), offset, TensorShape({rows, cols})});
+  };
+  auto bias = [&](int64_t offset) {
+    biases.push_back({false, static_cast<int>(biases.size()), offset, TensorShape({H})});
+  };
+  for (int64_t p = 0; p < m.num_pseudo_layers(); ++p) {
+    const PseudoLayerRegions reg = RegionsOf(m, p);
+    const int64_t cols = m.w_cols(p / m.num_dirs);
+    for (int g = 0; g < m.gates(); ++g) weight(reg.w + g * H * cols, H, cols);
+    for (int g = 0; g < m.gates(); ++g) weight(reg.r + g * H * Hr, H, Hr);
+    if (m.has_proj()) weight(reg.proj, m.num_proj, H);
+    for (int g = 0; g < m.gates(); ++g) bias(reg.bias_w + g * H);
+    for (int g = 0; g < m.gates(); ++g) bias(reg.bias_r + g * H);
+  }
+  weights.insert(weights.end(), biases.begin(), biases.end());
+  return weights;
+}
+
+// ParamsToCanonical(V2) and CanonicalToParams(V2): the model from the scalars and attrs, and its
+// canonical regions, whose counts must be what the op's attrs promise (V1: num_params for both).
+class CanonicalParamsOpBase : public OpKernel {
+ public:
+  CanonicalParamsOpBase(OpKernelConstruction* ctx, bool v2) : OpKernel(ctx), v2_(v2) {
+    OP_REQUIRES_OK(ctx, attrs_.Read(ctx));
+    if (v2) {
+      OP_REQUIRES_OK(ctx, ctx->GetAttr("num_params_weights", &num_weights_));
+      OP_REQUIRES_OK(ctx, ctx->GetAttr("num_params_biases", &num_biases_));
+    } else {
+      OP_REQUIRES_OK(ctx, ctx->GetAttr("num_params", &num_weights_));
+      num_biases_ = num_weights_;
+    }
+  }
+
+ protected:
+  absl::Status Regions(OpKernelContext* ctx, RnnModel* m,
+                       std::vector<CanonicalRegion>* regions) const {
+    TF_RETURN_IF_ERROR(ModelFromScalars(ctx, attrs_, m));
+    // The counts first, in closed form: the regions are built only for a model whose tensors
+    // the op's lists hold (so their number is bounded by the op's own inputs or outputs).
+    const int64_t per_pseudo_layer = 2 * int64_t{m->gates()};
+    const int64_t weights = m->num_pseudo_layers() * (per_pseudo_layer + (m->has_proj() ? 1 : 0));
+    const int64_t biases = m->num_pseudo_layers() * per_pseudo_layer;
+    if (weights == num_weights_ && biases == num_biases_) {
+      *regions = CanonicalRegions(*m);
+      return absl::OkStatus();
+    }
+    const std::string model = absl::StrCat(
+        " for this model (", m->num_layers, " layer(s), ", m->num_dirs, " direction(s), ",
+        m->gates(), " gate(s)", m->has_proj() ? ", projection" : "", ")");
+    if (!v2_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("num_params (", num_weights_, ") must be ", weights, model));
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_params_weights (", num_weights_, ") must be ", weights, " and num_params_biases (",
+        num_biases_, ") must be ", biases, model));
+  }
+
+ private:
+  const bool v2_;
+  RnnAttrs attrs_;
+  int num_weights_, num_biases_;
+};
+
+template <typename Device, typename T, bool kV2>
+class CudnnRNNParamsToCanonicalOp : public CanonicalParamsOpBase {
+ public:
+  explicit CudnnRNNParamsToCanonicalOp(OpKernelConstruction* ctx)
+      : CanonicalParamsOpBase(ctx, kV2) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    RnnModel m;
+    std::vector<CanonicalRegion> regions;
+    OP_REQUIRES_OK(ctx, Regions(ctx, &m, &regions));
+    const Tensor& params = ctx->input(3);
+    const int64_t size = CheckedParamsSize(m);
+    // A longer buffer is read through its first `size` elements, as by TF and the RNN ops.
+    OP_REQUIRES(ctx, params.dims() == 1 && params.dim_size(0) >= size,
+                absl::InvalidArgumentError(absl::StrCat(
+                    "params must be rank 1 with at least ", size,
+                    " elements (CudnnRNNParamsSize) but has shape ",
+                    params.shape().DebugString())));
+    OpOutputList weights, biases;
+    OP_REQUIRES_OK(ctx, ctx->output_list("weights", &weights));
+    OP_REQUIRES_OK(ctx, ctx->output_list("biases", &biases));
+    for (const CanonicalRegion& r : regions) {
+      Tensor* t;
+      OP_REQUIRES_OK(ctx, (r.is_weight ? weights : biases).allocate(r.index, r.shape, &t));
+      OP_REQUIRES_OK(ctx, DeviceMemory<Device>::Copy(ctx, t->flat<T>().data(),
+                                                     params.flat<T>().data() + r.offset,
+                                                     t->NumElements() * sizeof(T)));
+    }
+  }
+};
+
+template <typename Device, typename T, bool kV2>
+class CudnnRNNCanonicalToParamsOp : public CanonicalParamsOpBase {
+ public:
+  explicit CudnnRNNCanonicalToParamsOp(OpKernelConstruction* ctx)
+      : CanonicalParamsOpBase(ctx, kV2) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    RnnModel m;
+    std::vector<CanonicalRegion> regions;
+    OP_REQUIRES_OK(ctx, Regions(ctx, &m, &regions));
+    OpInputList weights, biases;
+    OP_REQUIRES_OK(ctx, ctx->input_list("weights", &weights));
+    OP_REQUIRES_OK(ctx, ctx->input_list("biases", &biases));
+    // Element counts, not shapes, as TF: its format converters pass every tensor flattened.
+    // All are checked before the output is allocated.
+    for (const CanonicalRegion& r : regions) {
+      const Tensor& t = (r.is_weight ? weights : biases)[r.index];
+      OP_REQUIRES(ctx, t.NumElements() == r.shape.num_elements(),
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "Params size mismatch. Expected ", r.shape.num_elements(), ", got ",
+                      t.NumElements(), ": ", r.is_weight ? "weights[" : "biases[", r.index,
+                      "] must have ", r.shape.num_elements(), " elements (canonical shape ",
+                      r.shape.DebugString(), ", or any shape of that size) but has shape ",
+                      t.shape().DebugString())));
+    }
+    Tensor* params;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({CheckedParamsSize(m)}), &params));
+    for (const CanonicalRegion& r : regions) {
+      const Tensor& t = (r.is_weight ? weights : biases)[r.index];
+      OP_REQUIRES_OK(ctx, DeviceMemory<Device>::Copy(ctx, params->flat<T>().data() + r.offset,
+                                                     t.flat<T>().data(),
+                                                     t.NumElements() * sizeof(T)));
+    }
+  }
+};
+
+}  // namespace
+
+// One registration per device. HOST(arg) marks what the GPU kernels keep in host memory, as TF's
+// own GPU kernels do: the params ops' three scalars and params_size, sequence_lengths (read on the
+// host to size and check the run) and host_reserved.
+#define TF_LSTM_REGISTER_RNN(PREFIX, DEVICE, DEVICE_TYPE, HOST, T)                             \
+  REGISTER_KERNEL_BUILDER(                                                                     \
+      Name(PREFIX "CudnnRNN").Device(DEVICE_TYPE).TypeConstraint<T>("T"),                      \
+      CudnnRNNForwardOp<DEVICE, T, 1>);                                                        \
+  REGISTER_KERNEL_BUILDER(Name(PREFIX "CudnnRNNV2")                                            \
+                              .Device(DEVICE_TYPE)                                             \
+                              .TypeConstraint<T>("T") HOST("host_reserved"),                   \
+                          CudnnRNNForwardOp<DEVICE, T, 2>);                                    \
+  REGISTER_KERNEL_BUILDER(Name(PREFIX "CudnnRNNV3")                                            \
+                              .Device(DEVICE_TYPE)                                             \
+                              .TypeConstraint<T>("T") HOST("sequence_lengths")                 \
+                                  HOST("host_reserved"),                                       \
+                          CudnnRNNForwardOp<DEVICE, T, 3>);                                    \
+  REGISTER_KERNEL_BUILDER(                                                                     \
+      Name(PREFIX "CudnnRNNBackprop").Device(DEVICE_TYPE).TypeConstraint<T>("T"),              \
+      CudnnRNNBackpropOp<DEVICE, T, 1>);                                                       \
+  REGISTER_KERNEL_BUILDER(Name(PREFIX "CudnnRNNBackpropV2")                                    \
+                              .Device(DEVICE_TYPE)                                             \
+                              .TypeConstraint<T>("T") HOST("host_reserved"),                   \
+                          CudnnRNNBackpropOp<DEVICE, T, 2>);                                   \
+  REGISTER_KERNEL_BUILDER(Name(PREFIX "CudnnRNNBackpropV3")                                    \
+                              .Device(DEVICE_TYPE)                                             \
+                              .TypeConstraint<T>("T") HOST("sequence_lengths")                 \
+                                  HOST("host_reserved"),                                       \
+                          CudnnRNNBackpropOp<DEVICE, T, 3>);                                   \
+  REGISTER_KERNEL_BUILDER(Name(PREFIX "CudnnRNNParamsSize")                                    \
+                              .Device(DEVICE_TYPE)                                             \
+                              .TypeConstraint<T>("T")                                          \
+                              .TypeConstraint<int32_t>("S") HOST("num_layers")                 \
+                                  HOST("num_units") HOST("input_size") HOST("params_size"),    \
+                          CudnnRNNParamsSizeOp<T, int32_t>);                                   \
+  REGISTER_KERNEL_BUILDER(Name(PREFIX "CudnnRNNParamsSize")                                    \
+                              .Device(DEVICE_TYPE)                                             \
+                              .TypeConstraint<T>("T")                                          \
+                              .TypeConstraint<int64_t>("S") HOST("num_layers")                 \
+                                  HOST("num_units") HOST("input_size") HOST("params_size"),    \
+                          CudnnRNNParamsSizeOp<T, int64_t>);                                   \
+  REGISTER_KERNEL_BUILDER(Name(PREFIX "CudnnRNNParamsToCanonical")                             \
+                              .Device(DEVICE_TYPE)                                             \
+                              .TypeConstraint<T>("T") HOST("num_layers") HOST("num_units")     \
+                                  HOST("input_size"),                                          \
+                          CudnnRNNParamsToCanonicalOp<DEVICE, T, false>);                      \
+  REGISTER_KERNEL_BUILDER(Name(PREFIX "CudnnRNNParamsToCanonicalV2")                           \
+                              .Device(DEVICE_TYPE)                                             \
+                              .TypeConstraint<T>("T") HOST("num_layers") HOST("num_units")     \
+                                  HOST("input_size"),                                          \
+                          CudnnRNNParamsToCanonicalOp<DEVICE, T, true>);                       \
+  REGISTER_KERNEL_BUILDER(Name(PREFIX "CudnnRNNCanonicalToParams")                             \
+                              .Device(DEVICE_TYPE)                                             \
+                              .TypeConstraint<T>("T") HOST("num_layers") HOST("num_units")     \
+                                  HOST("input_size"),                                          \
+                          CudnnRNNCanonicalToParamsOp<DEVICE, T, false>);                      \
+  REGISTER_KERNEL_BUILDER(Name(PREFIX "CudnnRNNCanonicalToParamsV2")                           \
+                              .Device(DEVICE_TYPE)                                             \
+                              .TypeConstraint<T>("T") HOST("num_layers") HOST("num_units")     \
+                                  HOST("input_size"),                                          \
+                          CudnnRNNCanonicalToParamsOp<DEVICE, T, true>);
+
+#define TF_LSTM_CPU_MEMORY(arg)
+#define TF_LSTM_HOST_MEMORY(arg) .HostMemory(arg)
+
+// CPU: our namespaced ops and TF's own op names.
+#define TF_LSTM_REGISTER_RNN_CPU(T)                                                     \
+  TF_LSTM_REGISTER_RNN("TfLstm>", CPUDevice, tensorflow::DEVICE_CPU, TF_LSTM_CPU_MEMORY, T) \
+  TF_LSTM_REGISTER_RNN("", CPUDevice, tensorflow::DEVICE_CPU, TF_LSTM_CPU_MEMORY, T)
+
+TF_CALL_half(TF_LSTM_REGISTER_RNN_CPU);
+TF_CALL_bfloat16(TF_LSTM_REGISTER_RNN_CPU);
+TF_CALL_float(TF_LSTM_REGISTER_RNN_CPU);
+TF_CALL_double(TF_LSTM_REGISTER_RNN_CPU);
+#undef TF_LSTM_REGISTER_RNN_CPU
+
+#ifdef TF_LSTM_OPS_WITH_CUDA
+// GPU: our namespaced ops only. TF's own names keep TF-GPU's cuDNN kernels (registering ours for
+// them would clash with those on a GPU build of TF).
+#define TF_LSTM_REGISTER_RNN_GPU(T) \
+  TF_LSTM_REGISTER_RNN("TfLstm>", GpuDevice, tensorflow::DEVICE_GPU, TF_LSTM_HOST_MEMORY, T)
+
+TF_CALL_half(TF_LSTM_REGISTER_RNN_GPU);
+TF_CALL_bfloat16(TF_LSTM_REGISTER_RNN_GPU);
+TF_CALL_float(TF_LSTM_REGISTER_RNN_GPU);
+TF_CALL_double(TF_LSTM_REGISTER_RNN_GPU);
+#undef TF_LSTM_REGISTER_RNN_GPU
+#endif  // TF_LSTM_OPS_WITH_CUDA
+
+#undef TF_LSTM_HOST_MEMORY
+#undef TF_LSTM_CPU_MEMORY
+#undef TF_LSTM_REGISTER_RNN
+
+}  // namespace tf_lstm_ops
