@@ -1,4 +1,5 @@
-// CPU (Eigen ThreadPoolDevice) implementation of the LSTM functors.
+// The CPU engine of the LSTM block ops (cpu_engine.h): Eigen's ThreadPoolDevice, the GEMM blocks
+// of cc/cpu and the cell math of cc/core; no framework.
 //
 // Structure (the same one the GPU path follows): the input projection x·Wx of a chunk of steps
 // is one GEMM (per gate block when it goes into the i, f, ci, o outputs); each step does only the
@@ -10,26 +11,25 @@
 //
 // Memory: float and double keep no sequence-sized scratch. The forward writes the input
 // projection straight into the i, f, ci, o outputs; the backward, when TensorFlow lets it take
-// over the saved i, f, ci, o (see TakeOverGateInputs), stores each gate's gradient in place of
-// the gate and uses the not-yet-written x_grad and w_grad outputs as the sweep's scratch.
+// over the saved i, f, ci, o (ReusableGates: the caller's decision), stores each gate's gradient
+// in place of the gate and uses the not-yet-written x_grad and w_grad outputs as the sweep's
+// scratch.
 // Otherwise it keeps dgates for one chunk of steps at a time.
-#define EIGEN_USE_THREADS
+#include "cc/block_lstm/cpu_engine.h"
 
 #include <algorithm>
 #include <atomic>
-#include <memory>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
-#include "cc/cpu/linalg.h"
 #include "cc/core/lstm_cell.h"
-#include "cc/tf/block_lstm/functor.h"
+#include "cc/core/precision.h"
+#include "cc/cpu/linalg.h"
 
 namespace tf_lstm_ops {
+namespace cpu {
 namespace {
-
-using namespace cpu;  // NOLINT: the shared CPU building blocks (CPUDevice, Gemm, ...)
 
 // Whether a T = bfloat16 op multiplies the stored bf16 values with the CPU's bf16 dot product
 // (AVX512-BF16), and those values' bits.
@@ -43,7 +43,7 @@ const uint16_t* Bf16Bits(const T* p) {
   return reinterpret_cast<const uint16_t*>(p);
 }
 
-// Backward runs that kept dgates in place (TakeOverGateInputs); read by the tests through
+// Backward runs that kept dgates in place (ReusableGates); read by the tests through
 // tf_lstm_ops_in_place_backward_runs().
 std::atomic<int64_t> in_place_backward_runs{0};
 
@@ -97,14 +97,14 @@ CellParams<A> MakeCellParams(const LstmAttrs& attrs) {
 // Peephole weights in A (nullptr without use_peephole: never read then).
 template <typename T, typename A>
 struct Peepholes {
-  Tensor holder[3];
   const A *wci = nullptr, *wcf = nullptr, *wco = nullptr;
 
-  absl::Status Init(OpKernelContext* ctx, const LstmAttrs& attrs, const LstmInputs<T>& in, int64_t h) {
-    if (!attrs.use_peephole) return absl::OkStatus();
-    TF_RETURN_IF_ERROR(AsAcc(ctx, in.wci, h, &holder[0], &wci));
-    TF_RETURN_IF_ERROR(AsAcc(ctx, in.wcf, h, &holder[1], &wcf));
-    return AsAcc(ctx, in.wco, h, &holder[2], &wco);
+  void Init(const CPUDevice& d, Scratch& scratch, const LstmAttrs& attrs, const LstmInputs<T>& in,
+            int64_t h) {
+    if (!attrs.use_peephole) return;
+    wci = AsAcc<A>(d, scratch, in.wci, h);
+    wcf = AsAcc<A>(d, scratch, in.wcf, h);
+    wco = AsAcc<A>(d, scratch, in.wco, h);
   }
 };
 
@@ -254,10 +254,9 @@ void AddPeepholeGrads(const CPUDevice& d, const LstmAttrs& attrs, int64_t rows, 
 template <typename T, typename A>
 class ForwardProducts {
  public:
-  absl::Status Init(OpKernelContext* ctx, const LstmDims& dims, int64_t L,
-                    const LstmInputs<T>& in, const LstmActivations<T*>& out,
-                    const SlicePacking& packing) {
-    const CPUDevice& d = ctx->eigen_device<CPUDevice>();
+  // Takes (and, unless counting, fills) the products' scratch.
+  void Init(const CPUDevice& d, Scratch& scratch, const LstmDims& dims, int64_t L,
+            const LstmInputs<T>& in, const LstmActivations<T*>& out, const SlicePacking& packing) {
     dims_ = dims;
     in_ = in;
     out_ = out;
@@ -266,25 +265,24 @@ class ForwardProducts {
     bf16_dot_ = UsesBf16Dot<T>();
     if (bf16_dot_) {
       const uint16_t* w = Bf16Bits(in.w);
-      TF_RETURN_IF_ERROR(AllocateScratch(ctx, gemm::PackedSizeBf16(I, G), &holders_[0], &wx_bits_));
+      wx_bits_ = scratch.Take<uint16_t>(gemm::PackedSizeBf16(I, G));
+      wh_bits_ = scratch.Take<uint16_t>(packing.size<uint16_t>());
+      if (wx_bits_ == nullptr || wh_bits_ == nullptr) return;  // counting, or out of scratch
       PackBf16(d, false, I, G, w, G, wx_bits_);
-      TF_RETURN_IF_ERROR(AllocateScratch(ctx, packing.size<uint16_t>(), &holders_[1], &wh_bits_));
       packing.Pack(d, H, w + I * G, G, int64_t{1}, wh_bits_);
-      return absl::OkStatus();
+      return;
     }
-    const A* w;
-    TF_RETURN_IF_ERROR(AsAcc(ctx, in.w, (I + H) * G, &holders_[0], &w));
-    TF_RETURN_IF_ERROR(AsAcc(ctx, in.x, L * dims.batch * I, &holders_[1], &x_));
-    TF_RETURN_IF_ERROR(AsAcc(ctx, in.h_prev, step, &holders_[2], &h_prev_));
+    const A* w = AsAcc<A>(d, scratch, in.w, (I + H) * G);
+    x_ = AsAcc<A>(d, scratch, in.x, L * dims.batch * I);
+    h_prev_ = AsAcc<A>(d, scratch, in.h_prev, step);
     w_x_ = w;
-    TF_RETURN_IF_ERROR(AllocateScratch(ctx, packing.size(), &holders_[3], &wh_packed_));
-    packing.Pack(d, H, w + I * G, G, int64_t{1}, wh_packed_);
+    wh_packed_ = scratch.Take<A>(packing.size());
     if constexpr (!std::is_same_v<T, A>) {
       // The stored h in A for the next step's product; two of them, since a slice still reading
       // step t-1's state must not see another slice's step t already.
-      TF_RETURN_IF_ERROR(AllocateScratch(ctx, 2 * step, &holders_[4], &h_acc_));
+      h_acc_ = scratch.Take<A>(2 * step);
     }
-    return absl::OkStatus();
+    if (w != nullptr && wh_packed_ != nullptr) packing.Pack(d, H, w + I * G, G, int64_t{1}, wh_packed_);
   }
 
   // xw = x·Wx for the `steps` steps from t0 (steps·B rows; interleaved for bf16 dot).
@@ -334,7 +332,6 @@ class ForwardProducts {
   LstmActivations<T*> out_;
   const SlicePacking* packing_ = nullptr;
   bool bf16_dot_ = false;
-  Tensor holders_[5];
   const A *x_ = nullptr, *w_x_ = nullptr, *h_prev_ = nullptr;
   A *wh_packed_ = nullptr, *h_acc_ = nullptr;
   uint16_t *wx_bits_ = nullptr, *wh_bits_ = nullptr;
@@ -347,18 +344,17 @@ class ForwardProducts {
 // float dgates, so the gradient carried through time is not rounded.
 class Bf16ChunkProducts {
  public:
-  absl::Status Init(OpKernelContext* ctx, const LstmDims& dims, int64_t chunk_rows,
-                    const uint16_t* w) {
+  void Init(const CPUDevice& d, Scratch& scratch, const LstmDims& dims, int64_t chunk_rows,
+            const uint16_t* w) {
     const int64_t I = dims.input, H = dims.cell, G = 4 * H;
     dims_ = dims;
     // Wxᵀ [G, I] as the packed operand of dx; a chunk's dgates in bf16, row-major (dx's A) and
     // packed (dW's B); [x; h_{t-1}]ᵀ [I + H, rows] (dW's A).
-    TF_RETURN_IF_ERROR(AllocateScratch(ctx, gemm::PackedSizeBf16(G, I), &holders_[0], &wx_t_));
-    PackBf16(ctx->eigen_device<CPUDevice>(), true, G, I, w, G, wx_t_);
-    TF_RETURN_IF_ERROR(AllocateScratch(ctx, chunk_rows * G, &holders_[1], &dgates_));
-    TF_RETURN_IF_ERROR(
-        AllocateScratch(ctx, gemm::PackedSizeBf16(chunk_rows, G), &holders_[2], &dgates_packed_));
-    return AllocateScratch(ctx, (I + H) * chunk_rows, &holders_[3], &xh_t_);
+    wx_t_ = scratch.Take<uint16_t>(gemm::PackedSizeBf16(G, I));
+    dgates_ = scratch.Take<uint16_t>(chunk_rows * G);
+    dgates_packed_ = scratch.Take<uint16_t>(gemm::PackedSizeBf16(chunk_rows, G));
+    xh_t_ = scratch.Take<uint16_t>((I + H) * chunk_rows);
+    if (wx_t_ != nullptr) PackBf16(d, true, G, I, w, G, wx_t_);
   }
 
   // The chunk of `rows` dgates rows (float, [rows, 4H]) from step t0: dx [rows, I] and
@@ -385,7 +381,6 @@ class Bf16ChunkProducts {
 
  private:
   LstmDims dims_;
-  Tensor holders_[4];
   uint16_t *wx_t_ = nullptr, *dgates_ = nullptr, *dgates_packed_ = nullptr, *xh_t_ = nullptr;
 };
 
@@ -398,56 +393,28 @@ int64_t StepsPerChunk(int64_t batch, int64_t steps) {
   return std::max<int64_t>(1, std::min(steps, kChunkRows / std::max<int64_t>(1, batch)));
 }
 
-// The backward's in-place dgates: takes over the grad op's saved-activation inputs i, f, ci, o
-// (TensorFlow's input forwarding: only when no other reference to a buffer exists, as inside a
-// graph or tf.function where this op is their only consumer; an eager tape still holds them), so
-// that each holds its own gate's gradient, element by element as the sweep reaches it. Then
-// dgates of the whole sequence cost no memory. All four or none.
-template <typename A>
-bool TakeOverGateInputs(OpKernelContext* ctx, GateBlocks blk, int64_t cell, Tensor (&taken)[4],
-                        GateMatrix<A*>* dgates) {
-  const char* names[4];
-  names[blk.i] = "i";
-  names[blk.c] = "ci";
-  names[blk.f] = "f";
-  names[blk.o] = "o";
-  for (int k = 0; k < 4; ++k) {
-    int start, stop;
-    if (!ctx->op_kernel().InputRange(names[k], &start, &stop).ok()) return false;
-    const Tensor& input = ctx->input(start);
-    std::unique_ptr<Tensor> forwarded = ctx->forward_input(
-        start, OpKernelContext::Params::kNoReservation, input.dtype(), input.shape(),
-        ctx->input_memory_type(start), tensorflow::AllocatorAttributes());
-    if (forwarded == nullptr) return false;
-    taken[k] = std::move(*forwarded);
-    dgates->gate[k] = taken[k].flat<A>().data();
-  }
-  dgates->ld = cell;
-  return true;
-}
-
-}  // namespace
+// Each engine call below is one walk over its code with a Scratch: counting for the size query
+// (then it returns before computing anything), carving for the run. False: out of scratch.
 
 template <typename T>
-struct LstmForward<CPUDevice, T> {
-  absl::Status operator()(OpKernelContext* ctx, const LstmDims& dims, const LstmAttrs& attrs,
-                    int64_t seq_len_max, const LstmInputs<T>& in, const LstmActivations<T*>& out) {
+bool ForwardWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims,
+                 const LstmAttrs& attrs, int64_t seq_len_max, const LstmInputs<T>& in,
+                 const LstmActivations<T*>& out) {
     using A = AccFor<T>;
-    const CPUDevice& d = ctx->eigen_device<CPUDevice>();
     const int64_t B = dims.batch, H = dims.cell, G = 4 * H, L = seq_len_max;
     const int64_t step = B * H;
 
     // Steps past seq_len_max are zero in every output (TF leaves i, f, o, ci, co uninitialised).
-    for (T* p : {out.i, out.cs, out.f, out.o, out.ci, out.co, out.h}) {
-      Fill(d, p + L * step, (dims.time - L) * step, T(0));
+    if (!scratch.counting()) {
+      for (T* p : {out.i, out.cs, out.f, out.o, out.ci, out.co, out.h}) {
+        Fill(d, p + L * step, (dims.time - L) * step, T(0));
+      }
     }
-    if (L == 0 || step == 0) return absl::OkStatus();
+    if (L == 0 || step == 0) return true;
 
-    Tensor b_holder, xw_holder, rec_holder;
-    const A* bias;
-    TF_RETURN_IF_ERROR(AsAcc(ctx, in.b, G, &b_holder, &bias));
+    const A* bias = AsAcc<A>(d, scratch, in.b, G);
     Peepholes<T, A> peep;
-    TF_RETURN_IF_ERROR(peep.Init(ctx, attrs, in, H));
+    peep.Init(d, scratch, attrs, in, H);
 
     // The time loop: one phase per step; each unit slice multiplies the state by its own
     // columns of Wh (packed once, kept hot in one core's cache) and runs the fused element-wise
@@ -455,7 +422,7 @@ struct LstmForward<CPUDevice, T> {
     const SlicePacking packing(UnitSlices(H, d.numThreads()), H, 4);
     const std::vector<int64_t>& bounds = packing.bounds();
     ForwardProducts<T, A> products;
-    TF_RETURN_IF_ERROR(products.Init(ctx, dims, L, in, out, packing));
+    products.Init(d, scratch, dims, L, in, out, packing);
 
     // Input projection of a chunk of steps at once, straight into the i, f, ci, o outputs
     // (the step's element-wise pass replaces each value by its activation), except in half and
@@ -465,12 +432,10 @@ struct LstmForward<CPUDevice, T> {
     const int64_t chunk = StepsPerChunk(B, L);
     GateMatrix<A*> xw_scratch{};
     if constexpr (!std::is_same_v<T, A>) {
-      A* xw;
-      TF_RETURN_IF_ERROR(AllocateScratch(ctx, chunk * B * G, &xw_holder, &xw));
-      xw_scratch = GateMatrix<A*>::Interleaved(xw, H);
+      xw_scratch = GateMatrix<A*>::Interleaved(scratch.Take<A>(chunk * B * G), H);
     }
-    A* rec;
-    TF_RETURN_IF_ERROR(AllocateScratch(ctx, B * packing.total_cols(), &rec_holder, &rec));
+    A* rec = scratch.Take<A>(B * packing.total_cols());
+    if (scratch.counting() || !scratch.ok()) return scratch.ok();
     const CellParams<A> params = MakeCellParams<A, T>(attrs);
     WithFlags(params.use_peephole, params.clip_active, [&](auto peephole, auto clip) {
       for (int64_t t0 = 0; t0 < L; t0 += chunk) {
@@ -491,105 +456,94 @@ struct LstmForward<CPUDevice, T> {
         });
       }
     });
-    return absl::OkStatus();
-  }
-};
+    return true;
+}
 
 template <typename T>
-struct LstmBackward<CPUDevice, T> {
-  absl::Status operator()(OpKernelContext* ctx, const LstmDims& dims, const LstmAttrs& attrs,
-                    int64_t seq_len_max, const LstmInputs<T>& in,
-                    const LstmActivations<const T*>& act,
-                    const LstmActivations<const T*>& out_grads, const LstmInputGrads<T>& grads) {
+bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims,
+                  const LstmAttrs& attrs, int64_t seq_len_max, const LstmInputs<T>& in,
+                  const LstmActivations<const T*>& act,
+                  const LstmActivations<const T*>& out_grads, const LstmInputGrads<T>& grads,
+                  const ReusableGates<T>* reuse) {
     using A = AccFor<T>;
-    const CPUDevice& d = ctx->eigen_device<CPUDevice>();
     const int64_t B = dims.batch, I = dims.input, H = dims.cell, G = 4 * H, L = seq_len_max;
     const int64_t step = B * H;
-
-    // Steps at or past seq_len_max do not influence the outputs: their x_grad is zero.
-    Fill(d, grads.x + L * B * I, (dims.time - L) * B * I, T(0));
     const bool nothing_ran = L == 0 || step == 0;
-    if (nothing_ran || !attrs.use_peephole) {  // no peepholes, or no steps: zero gradients
-      for (T* p : {grads.wci, grads.wcf, grads.wco}) Fill(d, p, H, T(0));
+
+    if (!scratch.counting()) {
+      // Steps at or past seq_len_max do not influence the outputs: their x_grad is zero.
+      Fill(d, grads.x + L * B * I, (dims.time - L) * B * I, T(0));
+      if (nothing_ran || !attrs.use_peephole) {  // no peepholes, or no steps: zero gradients
+        for (T* p : {grads.wci, grads.wcf, grads.wco}) Fill(d, p, H, T(0));
+      }
+      if (nothing_ran) {
+        // Nothing ran (or nothing has size): every remaining gradient is zero.
+        Fill(d, grads.x, L * B * I, T(0));
+        for (T* p : {grads.cs_prev, grads.h_prev}) Fill(d, p, step, T(0));
+        Fill(d, grads.w, (I + H) * G, T(0));
+        Fill(d, grads.b, G, T(0));
+      }
     }
-    if (nothing_ran) {
-      // Nothing ran (or nothing has size): every remaining gradient is zero.
-      Fill(d, grads.x, L * B * I, T(0));
-      for (T* p : {grads.cs_prev, grads.h_prev}) Fill(d, p, step, T(0));
-      Fill(d, grads.w, (I + H) * G, T(0));
-      Fill(d, grads.b, G, T(0));
-      return absl::OkStatus();
-    }
+    if (nothing_ran) return true;
 
     // W in A (the buffer itself for float and double); the bf16 dot products read Wx as stored,
     // so then only Wh's rows are converted (for the recurrent dh, which stays in float).
     const bool bf16_dot = UsesBf16Dot<T>();
     const int64_t w_row0 = bf16_dot ? I : 0;
-    Tensor w_holder, dg_holder, dc_holder, dh_holder;
-    const A* w;
-    TF_RETURN_IF_ERROR(AsAcc(ctx, in.w + w_row0 * G, (I + H - w_row0) * G, &w_holder, &w));
+    const A* w = AsAcc<A>(d, scratch, in.w + w_row0 * G, (I + H - w_row0) * G);
     Peepholes<T, A> peep;
-    TF_RETURN_IF_ERROR(peep.Init(ctx, attrs, in, H));
+    peep.Init(d, scratch, attrs, in, H);
     const A* w_x = bf16_dot ? nullptr : w;
-    const A* w_h = w + (I - w_row0) * G;
+    const A* w_h = w == nullptr ? nullptr : w + (I - w_row0) * G;
 
     // x, h_prev and the h sequence in A (the buffers themselves for float and double; not
     // needed by the bf16 dot products).
-    Tensor x_holder, hp_holder, hs_holder;
     const A *x = nullptr, *h_prev = nullptr, *h_seq = nullptr;
     if (!bf16_dot) {
-      TF_RETURN_IF_ERROR(AsAcc(ctx, in.x, L * B * I, &x_holder, &x));
-      TF_RETURN_IF_ERROR(AsAcc(ctx, in.h_prev, step, &hp_holder, &h_prev));
-      TF_RETURN_IF_ERROR(AsAcc(ctx, act.h, (L - 1) * step, &hs_holder, &h_seq));
+      x = AsAcc<A>(d, scratch, in.x, L * B * I);
+      h_prev = AsAcc<A>(d, scratch, in.h_prev, step);
+      h_seq = AsAcc<A>(d, scratch, act.h, (L - 1) * step);
     }
 
     // Where the sweep keeps dgates: in place of i, f, ci, o for the whole sequence (float and
-    // double, when TakeOverGateInputs can), or in scratch for one chunk of steps at a time, with
-    // dW, db and the peephole sums accumulating over the chunks.
+    // double, when the caller hands them over as ReusableGates), or in scratch for one chunk of
+    // steps at a time, with dW, db and the peephole sums accumulating over the chunks.
     const GateBlocks blk = BlocksOf(attrs.layout);
-    Tensor taken[4];
     GateMatrix<A*> in_place{};
     bool whole = false;
-    if constexpr (std::is_same_v<T, A>) whole = TakeOverGateInputs(ctx, blk, H, taken, &in_place);
+    if constexpr (std::is_same_v<T, A>) {
+      if (reuse != nullptr) {
+        whole = true;
+        in_place.gate[blk.i] = reuse->i;
+        in_place.gate[blk.c] = reuse->ci;
+        in_place.gate[blk.f] = reuse->f;
+        in_place.gate[blk.o] = reuse->o;
+        in_place.ld = H;
+      }
+    }
     const int64_t chunk = whole ? L : StepsPerChunk(B, L);
-    Tensor dx_holder, dw_holder, sums_holder;
-    A *dgates_chunk = nullptr, *dc, *dh, *dx, *dw, *sums;
-    if (!whole) TF_RETURN_IF_ERROR(AllocateScratch(ctx, chunk * B * G, &dg_holder, &dgates_chunk));
-    TF_RETURN_IF_ERROR(AllocateScratch(ctx, step, &dc_holder, &dc));
-    TF_RETURN_IF_ERROR(AllocateScratch(ctx, step, &dh_holder, &dh));
-    // db [G] and the peephole sums [3H]
-    TF_RETURN_IF_ERROR(AllocateScratch(ctx, G + 3 * H, &sums_holder, &sums));
+    A *dgates_chunk = nullptr, *dx, *dw;
+    if (!whole) dgates_chunk = scratch.Take<A>(chunk * B * G);
+    A* dc = scratch.Take<A>(step);
+    A* dh = scratch.Take<A>(step);
+    A* sums = scratch.Take<A>(G + 3 * H);  // db [G] and the peephole sums [3H]
     if constexpr (std::is_same_v<T, A>) {
       dx = grads.x;
       dw = grads.w;
     } else {
-      TF_RETURN_IF_ERROR(AllocateScratch(ctx, chunk * B * I, &dx_holder, &dx));
-      TF_RETURN_IF_ERROR(AllocateScratch(ctx, (I + H) * G, &dw_holder, &dw));
+      dx = scratch.Take<A>(chunk * B * I);
+      dw = scratch.Take<A>((I + H) * G);
     }
-    A* db = sums;
-    A* peep_sums = sums + G;  // [3H]: wci, wcf, wco
-    Fill(d, sums, G + 3 * H, A(0));
-    A* dw_h = dw + I * G;
     Bf16ChunkProducts bf16_products;
-    if (bf16_dot) {
-      TF_RETURN_IF_ERROR(bf16_products.Init(ctx, dims, chunk * B,
-                                            Bf16Bits(in.w)));
-    }
+    if (bf16_dot) bf16_products.Init(d, scratch, dims, chunk * B, Bf16Bits(in.w));
 
     // The per-step product dh = dgates_{t+1}·Whᵀ wants step t+1's dgates as one [B, 4H] block:
     // the chunk's own rows, or in place, where the gates are four buffers, one of two
     // alternating staging blocks. After a whole-sequence sweep the products overwrite all of
     // w_grad and x_grad's first L·B·I values (its rest is already zero), so until then those
     // can hold the packed Whᵀ and the staging blocks, where they fit.
-    Tensor stage_holder, packed_holder;
     A* staging = nullptr;
-    if (whole) {
-      if (L * I >= 2 * G) {
-        staging = dx;
-      } else {
-        TF_RETURN_IF_ERROR(AllocateScratch(ctx, 2 * B * G, &stage_holder, &staging));
-      }
-    }
+    if (whole) staging = L * I >= 2 * G ? dx : scratch.Take<A>(2 * B * G);
     auto step_dgates = [&](int64_t t, int64_t t0) {
       return whole ? staging + t % 2 * B * G : dgates_chunk + (t - t0) * B * G;
     };
@@ -597,11 +551,14 @@ struct LstmBackward<CPUDevice, T> {
     const SlicePacking packing(UnitSlices(H, d.numThreads()), G, 1);
     const std::vector<int64_t>& bounds = packing.bounds();
     A* wt_packed = dw;
-    if (!whole || packing.size() > (I + H) * G) {
-      TF_RETURN_IF_ERROR(AllocateScratch(ctx, packing.size(), &packed_holder, &wt_packed));
-    }
+    if (!whole || packing.size() > (I + H) * G) wt_packed = scratch.Take<A>(packing.size());
+    if (scratch.counting() || !scratch.ok()) return scratch.ok();
+
+    A* db = sums;
+    A* peep_sums = sums + G;  // [3H]: wci, wcf, wco
+    Fill(d, sums, G + 3 * H, A(0));
+    A* dw_h = dw + I * G;
     packing.Pack(d, H, w_h, 1, G, wt_packed);
-    if (whole) in_place_backward_runs.fetch_add(1, std::memory_order_relaxed);
 
     // Reverse sweep, one phase per step: each unit slice first completes its columns of
     // dh = dgates_{t+1}·Whᵀ (its rows of Wh), then the fused element-wise pass of its units,
@@ -680,34 +637,30 @@ struct LstmBackward<CPUDevice, T> {
       Convert(d, peep_sums + H, grads.wcf, H);
       Convert(d, peep_sums + 2 * H, grads.wco, H);
     }
-    return absl::OkStatus();
-  }
-};
+    return true;
+}
 
 template <typename T>
-struct LstmCellBackward<CPUDevice, T> {
-  absl::Status operator()(OpKernelContext* ctx, const LstmDims& dims, const LstmAttrs& attrs,
-                    const LstmInputs<T>& in, const LstmActivations<const T*>& act,
-                    const LstmActivations<const T*>& out_grads, T* cs_prev_grad, T* dgates_out,
-                    T* wci_grad, T* wcf_grad, T* wco_grad) {
+bool CellBackwardWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims,
+                      const LstmAttrs& attrs, const LstmInputs<T>& in,
+                      const LstmActivations<const T*>& act,
+                      const LstmActivations<const T*>& out_grads, T* cs_prev_grad, T* dgates_out,
+                      T* wci_grad, T* wcf_grad, T* wco_grad) {
     using A = AccFor<T>;
-    const CPUDevice& d = ctx->eigen_device<CPUDevice>();
     const int64_t B = dims.batch, H = dims.cell, step = B * H;
     if (step == 0) {
-      if (attrs.use_peephole) {
+      if (attrs.use_peephole && !scratch.counting()) {
         for (T* p : {wci_grad, wcf_grad, wco_grad}) Fill(d, p, H, T(0));
       }
-      return absl::OkStatus();
+      return true;
     }
     Peepholes<T, A> peep;
-    TF_RETURN_IF_ERROR(peep.Init(ctx, attrs, in, H));
-    Tensor dg_holder, dc_holder;
-    A *dgates, *dc;
-    TF_RETURN_IF_ERROR(AllocateScratch(ctx, 4 * step, &dg_holder, &dgates));
-    TF_RETURN_IF_ERROR(AllocateScratch(ctx, step, &dc_holder, &dc));
-    Tensor zeros_holder;
-    A* zeros;
-    TF_RETURN_IF_ERROR(AllocateScratch(ctx, step, &zeros_holder, &zeros));
+    peep.Init(d, scratch, attrs, in, H);
+    A* dgates = scratch.Take<A>(4 * step);
+    A* dc = scratch.Take<A>(step);
+    A* zeros = scratch.Take<A>(step);
+    A* sums = attrs.use_peephole ? scratch.Take<A>(3 * H) : nullptr;  // [3H]: wci, wcf, wco
+    if (scratch.counting() || !scratch.ok()) return scratch.ok();
     Fill(d, zeros, step, A(0));
     ParallelFor(d, B, H * 10 * sizeof(T), H * 20.0, [&](int64_t begin, int64_t end) {
       BackwardUnitsFor<T, A>(attrs, out_grads.i != nullptr, begin, end, 0, H, H, peep, act,
@@ -717,9 +670,6 @@ struct LstmCellBackward<CPUDevice, T> {
     Convert(d, dgates, dgates_out, 4 * step);
     Convert(d, dc, cs_prev_grad, step);
     if (attrs.use_peephole) {
-      Tensor sums_holder;
-      A* sums;  // [3H]: wci, wcf, wco
-      TF_RETURN_IF_ERROR(AllocateScratch(ctx, 3 * H, &sums_holder, &sums));
       Fill(d, sums, 3 * H, A(0));
       auto cs_prev_of = [&](int64_t r) { return in.cs_prev + r * H; };
       auto cs_of = [&](int64_t r) { return act.cs + r * H; };
@@ -729,22 +679,96 @@ struct LstmCellBackward<CPUDevice, T> {
       Convert(d, sums + H, wcf_grad, H);
       Convert(d, sums + 2 * H, wco_grad, H);
     }
-    return absl::OkStatus();
-  }
-};
-
-extern "C" __attribute__((visibility("default"))) int64_t tf_lstm_ops_in_place_backward_runs() {
-  return in_place_backward_runs.load(std::memory_order_relaxed);
+    return true;
 }
 
-#define TF_LSTM_INSTANTIATE_CPU(T)                  \
-  template struct LstmForward<CPUDevice, T>;        \
-  template struct LstmBackward<CPUDevice, T>;       \
-  template struct LstmCellBackward<CPUDevice, T>;
-TF_LSTM_INSTANTIATE_CPU(Eigen::half)
-TF_LSTM_INSTANTIATE_CPU(Eigen::bfloat16)
-TF_LSTM_INSTANTIATE_CPU(float)
-TF_LSTM_INSTANTIATE_CPU(double)
-#undef TF_LSTM_INSTANTIATE_CPU
+}  // namespace
 
+template <typename T>
+size_t LstmForwardScratchBytes(const CPUDevice& d, const LstmDims& dims, const LstmAttrs& attrs,
+                               int64_t seq_len_max) {
+  Scratch counter = Scratch::Counter();
+  ForwardWalk<T>(d, counter, dims, attrs, seq_len_max, {}, {});
+  return counter.bytes();
+}
+
+template <typename T>
+bool LstmForward(const CPUDevice& d, const LstmDims& dims, const LstmAttrs& attrs,
+                 int64_t seq_len_max, const LstmInputs<T>& in, const LstmActivations<T*>& out,
+                 void* scratch, size_t scratch_bytes) {
+  Scratch carver(scratch, scratch_bytes);
+  return ForwardWalk<T>(d, carver, dims, attrs, seq_len_max, in, out);
+}
+
+template <typename T>
+size_t LstmBackwardScratchBytes(const CPUDevice& d, const LstmDims& dims, const LstmAttrs& attrs,
+                                int64_t seq_len_max, const ReusableGates<T>* reuse) {
+  Scratch counter = Scratch::Counter();
+  BackwardWalk<T>(d, counter, dims, attrs, seq_len_max, {}, {}, {}, {}, reuse);
+  return counter.bytes();
+}
+
+template <typename T>
+bool LstmBackward(const CPUDevice& d, const LstmDims& dims, const LstmAttrs& attrs,
+                  int64_t seq_len_max, const LstmInputs<T>& in,
+                  const LstmActivations<const T*>& act,
+                  const LstmActivations<const T*>& out_grads, const LstmInputGrads<T>& grads,
+                  const ReusableGates<T>* reuse, void* scratch, size_t scratch_bytes) {
+  Scratch carver(scratch, scratch_bytes);
+  const bool ran = BackwardWalk<T>(d, carver, dims, attrs, seq_len_max, in, act, out_grads,
+                                   grads, reuse);
+  if (ran && reuse != nullptr && std::is_same_v<T, AccFor<T>> && seq_len_max > 0 &&
+      dims.batch * dims.cell > 0) {
+    in_place_backward_runs.fetch_add(1, std::memory_order_relaxed);
+  }
+  return ran;
+}
+
+template <typename T>
+size_t LstmCellBackwardScratchBytes(const CPUDevice& d, const LstmDims& dims,
+                                    const LstmAttrs& attrs) {
+  Scratch counter = Scratch::Counter();
+  CellBackwardWalk<T>(d, counter, dims, attrs, {}, {}, {}, nullptr, nullptr, nullptr, nullptr,
+                      nullptr);
+  return counter.bytes();
+}
+
+template <typename T>
+bool LstmCellBackward(const CPUDevice& d, const LstmDims& dims, const LstmAttrs& attrs,
+                      const LstmInputs<T>& in, const LstmActivations<const T*>& act,
+                      const LstmActivations<const T*>& out_grads, T* cs_prev_grad, T* dgates,
+                      T* wci_grad, T* wcf_grad, T* wco_grad, void* scratch,
+                      size_t scratch_bytes) {
+  Scratch carver(scratch, scratch_bytes);
+  return CellBackwardWalk<T>(d, carver, dims, attrs, in, act, out_grads, cs_prev_grad, dgates,
+                             wci_grad, wcf_grad, wco_grad);
+}
+
+int64_t InPlaceBackwardRuns() { return in_place_backward_runs.load(std::memory_order_relaxed); }
+
+#define TF_LSTM_OPS_INSTANTIATE(T)                                                              \
+  template size_t LstmForwardScratchBytes<T>(const CPUDevice&, const LstmDims&,                \
+                                             const LstmAttrs&, int64_t);                        \
+  template bool LstmForward<T>(const CPUDevice&, const LstmDims&, const LstmAttrs&, int64_t,   \
+                               const LstmInputs<T>&, const LstmActivations<T*>&, void*, size_t); \
+  template size_t LstmBackwardScratchBytes<T>(const CPUDevice&, const LstmDims&,               \
+                                              const LstmAttrs&, int64_t,                        \
+                                              const ReusableGates<T>*);                          \
+  template bool LstmBackward<T>(const CPUDevice&, const LstmDims&, const LstmAttrs&, int64_t,  \
+                                const LstmInputs<T>&, const LstmActivations<const T*>&,         \
+                                const LstmActivations<const T*>&, const LstmInputGrads<T>&,     \
+                                const ReusableGates<T>*, void*, size_t);                         \
+  template size_t LstmCellBackwardScratchBytes<T>(const CPUDevice&, const LstmDims&,           \
+                                                  const LstmAttrs&);                            \
+  template bool LstmCellBackward<T>(const CPUDevice&, const LstmDims&, const LstmAttrs&,       \
+                                    const LstmInputs<T>&, const LstmActivations<const T*>&,     \
+                                    const LstmActivations<const T*>&, T*, T*, T*, T*, T*, void*, \
+                                    size_t);
+TF_LSTM_OPS_INSTANTIATE(Eigen::half)
+TF_LSTM_OPS_INSTANTIATE(Eigen::bfloat16)
+TF_LSTM_OPS_INSTANTIATE(float)
+TF_LSTM_OPS_INSTANTIATE(double)
+#undef TF_LSTM_OPS_INSTANTIATE
+
+}  // namespace cpu
 }  // namespace tf_lstm_ops

@@ -23,8 +23,8 @@
 // only for bfloat16's dx and dW, on CPUs with AVX512-BF16). The element-wise math, the carried dh/dcs, db and the peephole
 // gradients stay in A. The state the next step multiplies is the stored h (rounded to T), as on
 // the CPU. Each output is rounded to T once.
-#ifndef TF_LSTM_OPS_CC_GPU_LSTM_ENGINE_H_
-#define TF_LSTM_OPS_CC_GPU_LSTM_ENGINE_H_
+#ifndef TF_LSTM_OPS_CC_BLOCK_LSTM_GPU_ENGINE_H_
+#define TF_LSTM_OPS_CC_BLOCK_LSTM_GPU_ENGINE_H_
 
 #include <algorithm>
 #include <cstddef>
@@ -540,4 +540,4 @@ struct LstmEngine {
 }  // namespace gpu
 }  // namespace tf_lstm_ops
 
-#endif  // TF_LSTM_OPS_CC_GPU_LSTM_ENGINE_H_
+#endif  // TF_LSTM_OPS_CC_BLOCK_LSTM_GPU_ENGINE_H_

@@ -1,7 +1,7 @@
 // The sizes, attributes and buffer sets of the LSTM block ops: plain structs shared by the
 // TensorFlow functors, the framework-free CUDA engine and the GPU self-test (no TF headers).
-#ifndef TF_LSTM_OPS_CC_KERNELS_LSTM_TYPES_H_
-#define TF_LSTM_OPS_CC_KERNELS_LSTM_TYPES_H_
+#ifndef TF_LSTM_OPS_CC_CORE_BLOCK_LSTM_TYPES_H_
+#define TF_LSTM_OPS_CC_CORE_BLOCK_LSTM_TYPES_H_
 
 #include <cstdint>
 
@@ -49,4 +49,4 @@ struct LstmInputGrads {
 
 }  // namespace tf_lstm_ops
 
-#endif  // TF_LSTM_OPS_CC_KERNELS_LSTM_TYPES_H_
+#endif  // TF_LSTM_OPS_CC_CORE_BLOCK_LSTM_TYPES_H_

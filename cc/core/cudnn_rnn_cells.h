@@ -1,8 +1,8 @@
 // The math of one GRU cell and one plain RNN cell for one (batch row, unit) element, forward and
 // backward, in cuDNN's form (spec §3, §6), and the CudnnRNN family's LSTM as lstm_cell.h's cell
 // (IFCO layout, no peepholes, forget bias or clipping). Framework-free.
-#ifndef TF_LSTM_OPS_CC_KERNELS_RNN_CELL_H_
-#define TF_LSTM_OPS_CC_KERNELS_RNN_CELL_H_
+#ifndef TF_LSTM_OPS_CC_CORE_CUDNN_RNN_CELLS_H_
+#define TF_LSTM_OPS_CC_CORE_CUDNN_RNN_CELLS_H_
 
 #include <cmath>
 
@@ -93,4 +93,4 @@ TF_LSTM_HOST_DEVICE inline Acc SimpleRnnBackward(bool relu, Acc h, Acc dh) {
 
 }  // namespace tf_lstm_ops
 
-#endif  // TF_LSTM_OPS_CC_KERNELS_RNN_CELL_H_
+#endif  // TF_LSTM_OPS_CC_CORE_CUDNN_RNN_CELLS_H_

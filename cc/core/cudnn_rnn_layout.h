@@ -6,8 +6,8 @@
 //   Bias_p = bW_0..bW_{G-1} bR_0..bR_{G-1} (each H)
 // so the G input matrices of a pseudo-layer form one [G*H, in_l] matrix, the G recurrent ones
 // one [G*H, Hr] matrix, and each bias set one [G*H] vector.
-#ifndef TF_LSTM_OPS_CC_KERNELS_CUDNN_RNN_LAYOUT_H_
-#define TF_LSTM_OPS_CC_KERNELS_CUDNN_RNN_LAYOUT_H_
+#ifndef TF_LSTM_OPS_CC_CORE_CUDNN_RNN_LAYOUT_H_
+#define TF_LSTM_OPS_CC_CORE_CUDNN_RNN_LAYOUT_H_
 
 #include <cstdint>
 
@@ -108,4 +108,4 @@ inline int64_t CheckedParamsSize(const RnnModel& m) {
 
 }  // namespace tf_lstm_ops
 
-#endif  // TF_LSTM_OPS_CC_KERNELS_CUDNN_RNN_LAYOUT_H_
+#endif  // TF_LSTM_OPS_CC_CORE_CUDNN_RNN_LAYOUT_H_

@@ -1,8 +1,8 @@
 // The run description, reserve-space format and dropout RNG of the CudnnRNN ops: framework-free,
 // so the CPU kernels, the CUDA engine and the GPU self-test share one definition (a reserve space
 // and a dropout mask mean the same on every device).
-#ifndef TF_LSTM_OPS_CC_KERNELS_CUDNN_RNN_TYPES_H_
-#define TF_LSTM_OPS_CC_KERNELS_CUDNN_RNN_TYPES_H_
+#ifndef TF_LSTM_OPS_CC_CORE_CUDNN_RNN_TYPES_H_
+#define TF_LSTM_OPS_CC_CORE_CUDNN_RNN_TYPES_H_
 
 #include <algorithm>
 #include <cstdint>
@@ -195,4 +195,4 @@ struct PseudoLayer {
 
 }  // namespace tf_lstm_ops
 
-#endif  // TF_LSTM_OPS_CC_KERNELS_CUDNN_RNN_TYPES_H_
+#endif  // TF_LSTM_OPS_CC_CORE_CUDNN_RNN_TYPES_H_

@@ -1,7 +1,7 @@
 // Where each LSTM gate lives along the 4H axis of W, b, the pre-activations and dgates.
 // Framework-free so CPU kernels, CUDA kernels and tests share the one table.
-#ifndef TF_LSTM_OPS_CC_KERNELS_GATE_LAYOUT_H_
-#define TF_LSTM_OPS_CC_KERNELS_GATE_LAYOUT_H_
+#ifndef TF_LSTM_OPS_CC_CORE_GATE_LAYOUT_H_
+#define TF_LSTM_OPS_CC_CORE_GATE_LAYOUT_H_
 
 #include "cc/core/host_device.h"
 
@@ -21,4 +21,4 @@ TF_LSTM_HOST_DEVICE constexpr GateBlocks BlocksOf(GateLayout layout) {
 
 }  // namespace tf_lstm_ops
 
-#endif  // TF_LSTM_OPS_CC_KERNELS_GATE_LAYOUT_H_
+#endif  // TF_LSTM_OPS_CC_CORE_GATE_LAYOUT_H_

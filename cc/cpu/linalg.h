@@ -1,11 +1,14 @@
-// CPU building blocks shared by the LSTM and CudnnRNN kernels: scratch from the op's allocator,
-// the op's intra-op thread pool, dtype conversion, row-major GEMM over the op's threads (the
+// CPU building blocks shared by the LSTM and CudnnRNN engines: the caller's intra-op thread pool
+// (Eigen's ThreadPoolDevice), dtype conversion, row-major GEMM over the pool's threads (the
 // ISA-dispatched blocks of cc/cpu/gemm.h), the time loops' packed weights and spinning team, and
 // a deterministic column reduction. half/bfloat16 compute in float ("Acc"), double in double.
-#ifndef TF_LSTM_OPS_CC_KERNELS_CPU_LINALG_H_
-#define TF_LSTM_OPS_CC_KERNELS_CPU_LINALG_H_
+// Eigen and the standard library only: no framework.
+#ifndef TF_LSTM_OPS_CC_CPU_LINALG_H_
+#define TF_LSTM_OPS_CC_CPU_LINALG_H_
 
+#ifndef EIGEN_USE_THREADS
 #define EIGEN_USE_THREADS
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -18,26 +21,13 @@
 #include <vector>
 
 #include "cc/cpu/gemm.h"
-#include "tensorflow/core/framework/bfloat16.h"
-#include "tensorflow/core/framework/numeric_types.h"
-#include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/tensor.h"
+#include "cc/cpu/scratch.h"
 #include "unsupported/Eigen/CXX11/Tensor"
 
 namespace tf_lstm_ops {
 namespace cpu {
 
 using CPUDevice = Eigen::ThreadPoolDevice;
-using tensorflow::OpKernelContext;
-using tensorflow::Tensor;
-
-template <typename A>
-inline absl::Status AllocateScratch(OpKernelContext* ctx, int64_t n, Tensor* holder, A** out) {
-  TF_RETURN_IF_ERROR(ctx->allocate_temp(tensorflow::DataTypeToEnum<A>::value,
-                                        tensorflow::TensorShape({n}), holder));
-  *out = holder->flat<A>().data();
-  return absl::OkStatus();
-}
 
 // Runs fn(phase, unit) for every unit in [0, units) of every phase in [0, phases), in phase
 // order: all units of phase p finish before any unit of phase p + 1 starts, and what a unit
@@ -137,18 +127,17 @@ inline void Convert(const CPUDevice& d, const Eigen::bfloat16* src, float* dst, 
   });
 }
 
-// `n` values of T seen as A: the buffer itself when T == A, otherwise a converted scratch copy.
-template <typename T, typename A>
-absl::Status AsAcc(OpKernelContext* ctx, const T* src, int64_t n, Tensor* holder, const A** out) {
+// `n` values of T seen as A: the buffer itself when T == A, otherwise a converted copy in
+// scratch (only counted, not converted, while the scratch is counting).
+template <typename A, typename T>
+const A* AsAcc(const CPUDevice& d, Scratch& scratch, const T* src, int64_t n) {
   if constexpr (std::is_same_v<T, A>) {
-    *out = src;
+    return src;
   } else {
-    A* dst;
-    TF_RETURN_IF_ERROR(AllocateScratch(ctx, n, holder, &dst));
-    Convert(ctx->eigen_device<CPUDevice>(), src, dst, n);
-    *out = dst;
+    A* dst = scratch.Take<A>(n);
+    if (dst != nullptr) Convert(d, src, dst, n);
+    return dst;
   }
-  return absl::OkStatus();
 }
 
 template <typename T>
@@ -375,4 +364,4 @@ inline void GemmBf16(const CPUDevice& d, int64_t m, int64_t n, int64_t k, const 
 }  // namespace cpu
 }  // namespace tf_lstm_ops
 
-#endif  // TF_LSTM_OPS_CC_KERNELS_CPU_LINALG_H_
+#endif  // TF_LSTM_OPS_CC_CPU_LINALG_H_

@@ -1,4 +1,5 @@
-// CPU implementation of the CudnnRNN forward and backprop functors.
+// The CPU engine of the CudnnRNN family (cpu_engine.h): the forward and backprop of a
+// multi-layer, optionally bidirectional RNN in cuDNN's canonical form; no framework.
 //
 // Same structure as the LSTM block kernels: per layer and direction, the input projection of
 // all steps is one GEMM; each step does the recurrent GEMM (plus the projection GEMM for LSTMP)
@@ -9,36 +10,35 @@
 // The time loops of a layer (both directions at once) run on one RunPhases team, one or two
 // phases per step: each unit owns a slice of the cells (its rows of R, regrouped once per call)
 // or of the outputs, so a step needs no fork/join through the pool (see TeamPlan).
-#define EIGEN_USE_THREADS
+#include "cc/cudnn_rnn/cpu_engine.h"
 
 #include <cstring>
 #include <vector>
 
-#include "cc/cpu/linalg.h"
-#include "cc/tf/cudnn_rnn/functor.h"
 #include "cc/core/cudnn_rnn_cells.h"
+#include "cc/core/precision.h"
+#include "cc/cpu/linalg.h"
 
 namespace tf_lstm_ops {
+namespace cpu {
 namespace {
 
-using namespace cpu;  // NOLINT: the shared CPU building blocks (CPUDevice, Gemm, ...)
-
-// [T,B,n] (time-major) view of a [T,B,n] or [B,T,n] tensor, in the compute type.
-template <typename T, typename A>
-absl::Status ToTimeMajor(OpKernelContext* ctx, const RnnRun& run, int64_t n, const T* src,
-                         Tensor* holder, const A** out) {
-  if (run.time_major) return AsAcc(ctx, src, run.time * run.batch * n, holder, out);
-  A* dst;
-  TF_RETURN_IF_ERROR(AllocateScratch(ctx, run.time * run.batch * n, holder, &dst));
+// [T,B,n] (time-major) view of a [T,B,n] or [B,T,n] tensor, in the compute type (a copy in
+// scratch unless it is both; only counted while the scratch is counting).
+template <typename A, typename T>
+const A* ToTimeMajor(const CPUDevice& d, Scratch& scratch, const RnnRun& run, int64_t n,
+                     const T* src) {
+  if (run.time_major) return AsAcc<A>(d, scratch, src, run.time * run.batch * n);
+  A* dst = scratch.Take<A>(run.time * run.batch * n);
+  if (dst == nullptr) return nullptr;
   const int64_t time = run.time, B = run.batch;
-  ParallelFor(ctx->eigen_device<CPUDevice>(), time * B, n * 8.0, n * 2.0, [&](int64_t begin, int64_t end) {
+  ParallelFor(d, time * B, n * 8.0, n * 2.0, [&](int64_t begin, int64_t end) {
     for (int64_t tb = begin; tb < end; ++tb) {
       const int64_t t = tb / B, b = tb % B;
       for (int64_t k = 0; k < n; ++k) dst[tb * n + k] = A(src[(b * time + t) * n + k]);
     }
   });
-  *out = dst;
-  return absl::OkStatus();
+  return dst;
 }
 
 // Writes a time-major [T,B,n] compute-type buffer to dst in the run's layout and dtype.
@@ -251,22 +251,25 @@ void ForwardLayer(const CPUDevice& d, const std::vector<PseudoLayer<A>>& pls,
   });
 }
 
+// Each engine call below is one walk over its code with a Scratch: counting for the size query
+// (then it returns before computing anything), carving for the run. False: out of scratch.
+
 template <typename T, typename A>
-absl::Status Forward(OpKernelContext* ctx, const RnnModel& m, const RnnRun& run,
-                     const RnnDropout& dropout, const T* input, const T* input_h,
-                     const T* input_c, const T* params, T* output, T* output_h, T* output_c,
-                     uint8_t* workspace) {
-  const RnnReserveHeader header = MakeReserveHeader(m, run, dropout, sizeof(T), sizeof(A));
-  std::memcpy(workspace, &header, sizeof(header));
-  const CPUDevice& d = ctx->eigen_device<CPUDevice>();
+bool ForwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const RnnRun& run,
+                 const RnnDropout& dropout, const T* input, const T* input_h, const T* input_c,
+                 const T* params, T* output, T* output_h, T* output_c, uint8_t* workspace) {
   const int64_t T_ = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
   const int64_t LD = m.num_pseudo_layers(), D = m.num_dirs, G = m.gate_width();
   const bool lstm = m.mode == RnnMode::kLstm;
-  if (T_ == 0 || B == 0) {  // nothing runs: the final state is the initial state
-    Convert(d, input_h, output_h, LD * B * Hr);
-    if (lstm) Convert(d, input_c, output_c, LD * B * H);
-    return absl::OkStatus();
+  if (!scratch.counting()) {
+    const RnnReserveHeader header = MakeReserveHeader(m, run, dropout, sizeof(T), sizeof(A));
+    std::memcpy(workspace, &header, sizeof(header));
+    if (T_ == 0 || B == 0) {  // nothing runs: the final state is the initial state
+      Convert(d, input_h, output_h, LD * B * Hr);
+      if (lstm) Convert(d, input_c, output_c, LD * B * H);
+    }
   }
+  if (T_ == 0 || B == 0) return true;
   std::vector<int64_t> len(B, T_);
   if (run.seq_lengths != nullptr) {
     for (int64_t b = 0; b < B; ++b) len[b] = run.seq_lengths[b];
@@ -274,25 +277,21 @@ absl::Status Forward(OpKernelContext* ctx, const RnnModel& m, const RnnRun& run,
   const WorkspaceLayout lay(m, run, dropout.active(m));
   A* ws = reinterpret_cast<A*>(workspace + sizeof(RnnReserveHeader));
 
-  Tensor params_h, x_h, h0_h, c0_h, xw_h, rec_h, mbuf_h, rp_h, y_h;
-  const A *P, *x0, *h0, *c0 = nullptr;
-  TF_RETURN_IF_ERROR(AsAcc(ctx, params, CheckedParamsSize(m), &params_h, &P));
-  TF_RETURN_IF_ERROR(ToTimeMajor(ctx, run, m.input_size, input, &x_h, &x0));
-  TF_RETURN_IF_ERROR(AsAcc(ctx, input_h, LD * B * Hr, &h0_h, &h0));
-  if (lstm) TF_RETURN_IF_ERROR(AsAcc(ctx, input_c, LD * B * H, &c0_h, &c0));
+  const A* P = AsAcc<A>(d, scratch, params, CheckedParamsSize(m));
+  const A* x0 = ToTimeMajor<A>(d, scratch, run, m.input_size, input);
+  const A* h0 = AsAcc<A>(d, scratch, input_h, LD * B * Hr);
+  const A* c0 = lstm ? AsAcc<A>(d, scratch, input_c, LD * B * H) : nullptr;
   // Per direction: the input projections, the recurrent GEMM's output, m (with a projection)
   // and the packed R.
   const TeamPlan plan(d, m);
-  A *xw, *rec, *m_buf = nullptr, *r_packed, *y;
-  TF_RETURN_IF_ERROR(AllocateScratch(ctx, D * T_ * B * G, &xw_h, &xw));
-  TF_RETURN_IF_ERROR(AllocateScratch(ctx, D * B * plan.fwd.total_cols(), &rec_h, &rec));
-  TF_RETURN_IF_ERROR(AllocateScratch(ctx, D * plan.fwd.size(), &rp_h, &r_packed));
-  TF_RETURN_IF_ERROR(AllocateScratch(ctx, T_ * B * D * Hr, &y_h, &y));
-  if (m.has_proj()) TF_RETURN_IF_ERROR(AllocateScratch(ctx, D * B * H, &mbuf_h, &m_buf));
-
-  Tensor state_h;
-  A* final_state;  // output_h then output_c, in the compute type
-  TF_RETURN_IF_ERROR(AllocateScratch(ctx, LD * B * (Hr + (lstm ? H : 0)), &state_h, &final_state));
+  A* xw = scratch.Take<A>(D * T_ * B * G);
+  A* rec = scratch.Take<A>(D * B * plan.fwd.total_cols());
+  A* r_packed = scratch.Take<A>(D * plan.fwd.size());
+  A* y = scratch.Take<A>(T_ * B * D * Hr);
+  A* m_buf = m.has_proj() ? scratch.Take<A>(D * B * H) : nullptr;
+  // output_h then output_c, in the compute type
+  A* final_state = scratch.Take<A>(LD * B * (Hr + (lstm ? H : 0)));
+  if (scratch.counting() || !scratch.ok()) return scratch.ok();
   for (int64_t l = 0; l < m.num_layers; ++l) {
     const A* x = l == 0 ? x0 : ws + lay.input(l);
     std::vector<PseudoLayer<A>> pls;
@@ -329,7 +328,7 @@ absl::Status Forward(OpKernelContext* ctx, const RnnModel& m, const RnnRun& run,
   FromTimeMajor(d, run, D * Hr, y, output);
   Convert(d, final_state, output_h, LD * B * Hr);
   if (lstm) Convert(d, final_state + LD * B * Hr, output_c, LD * B * H);
-  return absl::OkStatus();
+  return true;
 }
 
 // One direction's buffers of the backward sweep (each [T·B, ·] unless noted).
@@ -527,64 +526,57 @@ void BackwardLayer(const CPUDevice& d, const std::vector<PseudoLayer<A>>& pls,
 }
 
 template <typename T, typename A>
-absl::Status Backward(OpKernelContext* ctx, const RnnModel& m, const RnnRun& run,
-                      const T* input, const T* input_h, const T* input_c, const T* params,
-                      const T* output_backprop, const T* output_h_backprop,
-                      const T* output_c_backprop, const uint8_t* reserve, T* input_backprop,
-                      T* input_h_backprop, T* input_c_backprop, T* params_backprop) {
-  const CPUDevice& d = ctx->eigen_device<CPUDevice>();
+bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const RnnRun& run,
+                  bool dropout, const T* input, const T* input_h, const T* input_c,
+                  const T* params, const T* output_backprop, const T* output_h_backprop,
+                  const T* output_c_backprop, const uint8_t* reserve, T* input_backprop,
+                  T* input_h_backprop, T* input_c_backprop, T* params_backprop) {
   const int64_t T_ = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
   const int64_t LD = m.num_pseudo_layers(), D = m.num_dirs, G = m.gate_width();
   const bool lstm = m.mode == RnnMode::kLstm, gru = m.mode == RnnMode::kGru;
   const int64_t n_params = CheckedParamsSize(m);
   if (T_ == 0 || B == 0) {  // nothing ran: state gradients pass through, the rest is zero
-    Convert(d, output_h_backprop, input_h_backprop, LD * B * Hr);
-    if (lstm) Convert(d, output_c_backprop, input_c_backprop, LD * B * H);
-    Fill(d, params_backprop, n_params, T(0));
-    return absl::OkStatus();
+    if (!scratch.counting()) {
+      Convert(d, output_h_backprop, input_h_backprop, LD * B * Hr);
+      if (lstm) Convert(d, output_c_backprop, input_c_backprop, LD * B * H);
+      Fill(d, params_backprop, n_params, T(0));
+    }
+    return true;
   }
   std::vector<int64_t> len(B, T_);
   if (run.seq_lengths != nullptr) {
     for (int64_t b = 0; b < B; ++b) len[b] = run.seq_lengths[b];
   }
-  const auto* header = reinterpret_cast<const RnnReserveHeader*>(reserve);
-  const bool dropout = header->dropout != 0;
   const WorkspaceLayout lay(m, run, dropout);
   // The forward's saved states are read only; PseudoLayer's pointers are non-const for reuse.
   A* ws = reinterpret_cast<A*>(const_cast<uint8_t*>(reserve) + sizeof(RnnReserveHeader));
 
-  Tensor holders[17];
-  const A *P, *x0, *h0, *c0 = nullptr, *dy_top, *dhT, *dcT = nullptr;
-  TF_RETURN_IF_ERROR(AsAcc(ctx, params, n_params, &holders[0], &P));
-  TF_RETURN_IF_ERROR(ToTimeMajor(ctx, run, m.input_size, input, &holders[1], &x0));
-  TF_RETURN_IF_ERROR(AsAcc(ctx, input_h, LD * B * Hr, &holders[2], &h0));
-  if (lstm) TF_RETURN_IF_ERROR(AsAcc(ctx, input_c, LD * B * H, &holders[3], &c0));
-  TF_RETURN_IF_ERROR(ToTimeMajor(ctx, run, D * Hr, output_backprop, &holders[4], &dy_top));
-  TF_RETURN_IF_ERROR(AsAcc(ctx, output_h_backprop, LD * B * Hr, &holders[5], &dhT));
-  if (lstm) TF_RETURN_IF_ERROR(AsAcc(ctx, output_c_backprop, LD * B * H, &holders[6], &dcT));
+  const A* P = AsAcc<A>(d, scratch, params, n_params);
+  const A* x0 = ToTimeMajor<A>(d, scratch, run, m.input_size, input);
+  const A* h0 = AsAcc<A>(d, scratch, input_h, LD * B * Hr);
+  const A* c0 = lstm ? AsAcc<A>(d, scratch, input_c, LD * B * H) : nullptr;
+  const A* dy_top = ToTimeMajor<A>(d, scratch, run, D * Hr, output_backprop);
+  const A* dhT = AsAcc<A>(d, scratch, output_h_backprop, LD * B * Hr);
+  const A* dcT = lstm ? AsAcc<A>(d, scratch, output_c_backprop, LD * B * H) : nullptr;
 
   // Per direction (D parts each): the sweep buffers (SweepBuffers) and R's packed columns.
   const int64_t rows = T_ * B, max_in = std::max(m.input_size, D * Hr);
-  A *dparams, *dgx, *dgh, *dh_total, *m_seq = nullptr, *dm = nullptr, *carry, *direct = nullptr;
-  A *r_packed, *h_prev_seq, *dx, *dy_below, *d_state;
-  TF_RETURN_IF_ERROR(AllocateScratch(ctx, n_params, &holders[7], &dparams));
-  TF_RETURN_IF_ERROR(AllocateScratch(ctx, D * rows * G, &holders[8], &dgx));
-  dgh = dgx;  // recurrent-side gate gradients equal the input-side ones except for GRU
-  if (gru) TF_RETURN_IF_ERROR(AllocateScratch(ctx, D * rows * G, &holders[9], &dgh));
-  TF_RETURN_IF_ERROR(AllocateScratch(ctx, D * rows * Hr, &holders[10], &dh_total));
-  if (m.has_proj()) {
-    TF_RETURN_IF_ERROR(AllocateScratch(ctx, D * rows * H, &holders[11], &m_seq));
-    TF_RETURN_IF_ERROR(AllocateScratch(ctx, D * B * H, &holders[12], &dm));
-  }
-  TF_RETURN_IF_ERROR(AllocateScratch(ctx, D * B * Hr * 2, &holders[13], &carry));
-  if (gru) direct = carry + D * B * Hr;
+  A* dparams = scratch.Take<A>(n_params);
+  A* dgx = scratch.Take<A>(D * rows * G);
+  // recurrent-side gate gradients equal the input-side ones except for GRU
+  A* dgh = gru ? scratch.Take<A>(D * rows * G) : dgx;
+  A* dh_total = scratch.Take<A>(D * rows * Hr);
+  A* m_seq = m.has_proj() ? scratch.Take<A>(D * rows * H) : nullptr;
+  A* dm = m.has_proj() ? scratch.Take<A>(D * B * H) : nullptr;
+  A* carry = scratch.Take<A>(D * B * Hr * 2);
   const TeamPlan plan(d, m);
-  TF_RETURN_IF_ERROR(AllocateScratch(ctx, D * plan.bwd.size(), &holders[14], &r_packed));
-  TF_RETURN_IF_ERROR(AllocateScratch(ctx, rows * Hr, &holders[15], &h_prev_seq));
-  TF_RETURN_IF_ERROR(AllocateScratch(ctx, rows * max_in * 2, &holders[16], &dx));
-  dy_below = dx + rows * max_in;
-  Tensor state_holder;
-  TF_RETURN_IF_ERROR(AllocateScratch(ctx, LD * B * (Hr + H), &state_holder, &d_state));
+  A* r_packed = scratch.Take<A>(D * plan.bwd.size());
+  A* h_prev_seq = scratch.Take<A>(rows * Hr);
+  A* dx = scratch.Take<A>(rows * max_in * 2);
+  A* d_state = scratch.Take<A>(LD * B * (Hr + H));
+  if (scratch.counting() || !scratch.ok()) return scratch.ok();
+  A* direct = gru ? carry + D * B * Hr : nullptr;
+  A* dy_below = dx + rows * max_in;
   Fill(d, dparams, n_params, A(0));
 
   const A* dy = dy_top;
@@ -630,44 +622,69 @@ absl::Status Backward(OpKernelContext* ctx, const RnnModel& m, const RnnRun& run
   }
   FromTimeMajor(d, run, m.input_size, dx, input_backprop);
   Convert(d, dparams, params_backprop, n_params);
-  return absl::OkStatus();
+  return true;
 }
 
 }  // namespace
 
 template <typename T>
-struct CudnnRnnForward<CPUDevice, T> {
-  absl::Status operator()(OpKernelContext* ctx, const RnnModel& m, const RnnRun& run,
-                          const RnnDropout& dropout, const T* input, const T* input_h,
-                          const T* input_c, const T* params, T* output, T* output_h,
-                          T* output_c, uint8_t* workspace) {
-    return Forward<T, AccFor<T>>(ctx, m, run, dropout, input, input_h, input_c, params, output,
-                                 output_h, output_c, workspace);
-  }
-};
+size_t RnnForwardScratchBytes(const CPUDevice& device, const RnnModel& m, const RnnRun& run,
+                              const RnnDropout& dropout) {
+  Scratch counter = Scratch::Counter();
+  ForwardWalk<T, AccFor<T>>(device, counter, m, run, dropout, nullptr, nullptr, nullptr, nullptr,
+                            nullptr, nullptr, nullptr, nullptr);
+  return counter.bytes();
+}
 
 template <typename T>
-struct CudnnRnnBackward<CPUDevice, T> {
-  absl::Status operator()(OpKernelContext* ctx, const RnnModel& m, const RnnRun& run,
-                          const RnnReserveHeader& /*expected: the kernel checked it*/,
-                          const T* input, const T* input_h, const T* input_c, const T* params,
-                          const T* output_backprop, const T* output_h_backprop,
-                          const T* output_c_backprop, const uint8_t* reserve, T* input_backprop,
-                          T* input_h_backprop, T* input_c_backprop, T* params_backprop) {
-    return Backward<T, AccFor<T>>(
-        ctx, m, run, input, input_h, input_c, params, output_backprop, output_h_backprop,
-        output_c_backprop, reserve, input_backprop, input_h_backprop, input_c_backprop,
-        params_backprop);
-  }
-};
+bool RnnForward(const CPUDevice& device, const RnnModel& m, const RnnRun& run,
+                const RnnDropout& dropout, const T* input, const T* input_h, const T* input_c,
+                const T* params, T* output, T* output_h, T* output_c, uint8_t* workspace,
+                void* scratch, size_t scratch_bytes) {
+  Scratch carver(scratch, scratch_bytes);
+  return ForwardWalk<T, AccFor<T>>(device, carver, m, run, dropout, input, input_h, input_c,
+                                   params, output, output_h, output_c, workspace);
+}
 
-#define TF_LSTM_INSTANTIATE_CPU(T)                 \
-  template struct CudnnRnnForward<CPUDevice, T>;   \
-  template struct CudnnRnnBackward<CPUDevice, T>;
-TF_LSTM_INSTANTIATE_CPU(Eigen::half)
-TF_LSTM_INSTANTIATE_CPU(Eigen::bfloat16)
-TF_LSTM_INSTANTIATE_CPU(float)
-TF_LSTM_INSTANTIATE_CPU(double)
-#undef TF_LSTM_INSTANTIATE_CPU
+template <typename T>
+size_t RnnBackwardScratchBytes(const CPUDevice& device, const RnnModel& m, const RnnRun& run) {
+  Scratch counter = Scratch::Counter();
+  BackwardWalk<T, AccFor<T>>(device, counter, m, run, false, nullptr, nullptr, nullptr, nullptr,
+                             nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                             nullptr);
+  return counter.bytes();
+}
 
+template <typename T>
+bool RnnBackward(const CPUDevice& device, const RnnModel& m, const RnnRun& run,
+                 const T* input, const T* input_h, const T* input_c, const T* params,
+                 const T* output_backprop, const T* output_h_backprop,
+                 const T* output_c_backprop, const uint8_t* reserve, T* input_backprop,
+                 T* input_h_backprop, T* input_c_backprop, T* params_backprop, void* scratch,
+                 size_t scratch_bytes) {
+  Scratch carver(scratch, scratch_bytes);
+  const bool dropout = reinterpret_cast<const RnnReserveHeader*>(reserve)->dropout != 0;
+  return BackwardWalk<T, AccFor<T>>(device, carver, m, run, dropout, input, input_h, input_c,
+                                    params, output_backprop, output_h_backprop,
+                                    output_c_backprop, reserve, input_backprop,
+                                    input_h_backprop, input_c_backprop, params_backprop);
+}
+
+#define TF_LSTM_OPS_INSTANTIATE(T)                                                              \
+  template size_t RnnForwardScratchBytes<T>(const CPUDevice&, const RnnModel&, const RnnRun&,   \
+                                            const RnnDropout&);                                 \
+  template bool RnnForward<T>(const CPUDevice&, const RnnModel&, const RnnRun&,                 \
+                              const RnnDropout&, const T*, const T*, const T*, const T*, T*, T*, \
+                              T*, uint8_t*, void*, size_t);                                      \
+  template size_t RnnBackwardScratchBytes<T>(const CPUDevice&, const RnnModel&, const RnnRun&); \
+  template bool RnnBackward<T>(const CPUDevice&, const RnnModel&, const RnnRun&, const T*,      \
+                               const T*, const T*, const T*, const T*, const T*, const T*,      \
+                               const uint8_t*, T*, T*, T*, T*, void*, size_t);
+TF_LSTM_OPS_INSTANTIATE(Eigen::half)
+TF_LSTM_OPS_INSTANTIATE(Eigen::bfloat16)
+TF_LSTM_OPS_INSTANTIATE(float)
+TF_LSTM_OPS_INSTANTIATE(double)
+#undef TF_LSTM_OPS_INSTANTIATE
+
+}  // namespace cpu
 }  // namespace tf_lstm_ops

@@ -22,8 +22,8 @@
 //
 // Scratch: one caller-provided block carved by Carve*(), the same function for the size pass
 // (base == nullptr) and for the real block, so size and use never disagree.
-#ifndef TF_LSTM_OPS_CC_GPU_CUDNN_RNN_ENGINE_H_
-#define TF_LSTM_OPS_CC_GPU_CUDNN_RNN_ENGINE_H_
+#ifndef TF_LSTM_OPS_CC_CUDNN_RNN_GPU_ENGINE_H_
+#define TF_LSTM_OPS_CC_CUDNN_RNN_GPU_ENGINE_H_
 
 #include <climits>
 #include <cstdint>
@@ -1162,4 +1162,4 @@ struct RnnEngine {
 }  // namespace gpu
 }  // namespace tf_lstm_ops
 
-#endif  // TF_LSTM_OPS_CC_GPU_CUDNN_RNN_ENGINE_H_
+#endif  // TF_LSTM_OPS_CC_CUDNN_RNN_GPU_ENGINE_H_

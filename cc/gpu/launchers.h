@@ -15,8 +15,8 @@
 //  - expects validated sizes and non-aliased buffers (the OpKernels validate; see
 //    cc/kernels/lstm_validation.h).
 // Host pointers: only RnnRun::seq_lengths (read during the call, not after it returns).
-#ifndef TF_LSTM_OPS_CC_GPU_RNN_GPU_H_
-#define TF_LSTM_OPS_CC_GPU_RNN_GPU_H_
+#ifndef TF_LSTM_OPS_CC_GPU_LAUNCHERS_H_
+#define TF_LSTM_OPS_CC_GPU_LAUNCHERS_H_
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -123,4 +123,4 @@ cudaError_t CopyDevice(cudaStream_t stream, void* dst, const void* src, size_t b
 }  // namespace gpu
 }  // namespace tf_lstm_ops
 
-#endif  // TF_LSTM_OPS_CC_GPU_RNN_GPU_H_
+#endif  // TF_LSTM_OPS_CC_GPU_LAUNCHERS_H_

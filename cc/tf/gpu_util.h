@@ -1,15 +1,16 @@
-// What the GPU OpKernel bindings (lstm_gpu.cc, cudnn_rnn_gpu.cc) share: the op's CUDA stream,
-// scratch from TensorFlow's allocator, TF <-> CUDA storage types and cudaError_t -> Status.
+// What the GPU functors (block_lstm/functor_gpu.cc, cudnn_rnn/functor_gpu.cc) share: the op's
+// CUDA stream, TF <-> CUDA storage types and cudaError_t -> Status. Defined in gpu_util.cc.
 // Compiled by g++ only when CUDA is configured: TF headers plus the CUDA runtime API headers, no
 // EIGEN_USE_GPU / GOOGLE_CUDA (those would pull CUDA and Eigen's GPU code into TF's headers).
-#ifndef TF_LSTM_OPS_CC_KERNELS_GPU_OP_UTIL_H_
-#define TF_LSTM_OPS_CC_KERNELS_GPU_OP_UTIL_H_
+#ifndef TF_LSTM_OPS_CC_TF_GPU_UTIL_H_
+#define TF_LSTM_OPS_CC_TF_GPU_UTIL_H_
 
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
 
 #include "cc/gpu/launchers.h"
+#include "cc/tf/device.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 
@@ -50,11 +51,6 @@ const StorageOf<T>* Dev(const T* p) {
 TF_LSTM_OPS_INTERNAL absl::Status Stream(tensorflow::OpKernelContext* ctx,
                                           cudaStream_t* stream);
 
-// `bytes` of device scratch from TF's allocator for this op; alive while `holder` is. Freed memory
-// is reused only by work ordered after ours on the same stream, so no synchronisation is needed.
-TF_LSTM_OPS_INTERNAL absl::Status Scratch(tensorflow::OpKernelContext* ctx, size_t bytes,
-                                           tensorflow::Tensor* holder, void** data);
-
 // OK for cudaSuccess; otherwise an error naming the op and `step`, with CUDA's error name and
 // message and gpu::ErrorDetail(): FailedPrecondition when the driver is too old for the runtime
 // (nothing to retry until it is upgraded), Internal otherwise.
@@ -70,11 +66,11 @@ TF_LSTM_OPS_INTERNAL absl::Status RunOnStream(tensorflow::OpKernelContext* ctx, 
   TF_RETURN_IF_ERROR(Stream(ctx, &stream));
   tensorflow::Tensor holder;
   void* scratch;
-  TF_RETURN_IF_ERROR(Scratch(ctx, scratch_bytes, &holder, &scratch));
+  TF_RETURN_IF_ERROR(AllocateScratch(ctx, scratch_bytes, &holder, &scratch));
   return FromCuda(ctx, step, launch(stream, scratch));
 }
 
 }  // namespace gpu_op
 }  // namespace tf_lstm_ops
 
-#endif  // TF_LSTM_OPS_CC_KERNELS_GPU_OP_UTIL_H_
+#endif  // TF_LSTM_OPS_CC_TF_GPU_UTIL_H_

@@ -4,8 +4,8 @@
 // InvalidArgumentError for the same mistake, the message starts with TF's key phrase ("x must be
 // 3D", "must be rank 3 but is rank 2", "h_prev.dims(1) != cell_size: 7 vs. 8"), so that code
 // matching TF's messages keeps working; our precise text follows.
-#ifndef TF_LSTM_OPS_CC_KERNELS_LSTM_VALIDATION_H_
-#define TF_LSTM_OPS_CC_KERNELS_LSTM_VALIDATION_H_
+#ifndef TF_LSTM_OPS_CC_TF_VALIDATION_H_
+#define TF_LSTM_OPS_CC_TF_VALIDATION_H_
 
 #include <cstdint>
 #include <initializer_list>
@@ -205,4 +205,4 @@ inline absl::Status MakeShape(std::initializer_list<int64_t> dims,
 
 }  // namespace tf_lstm_ops
 
-#endif  // TF_LSTM_OPS_CC_KERNELS_LSTM_VALIDATION_H_
+#endif  // TF_LSTM_OPS_CC_TF_VALIDATION_H_

@@ -3,6 +3,8 @@
 Asks the interpreter in PYTHON_BIN_PATH for tf.sysconfig once and symlinks what it names: no
 header copying, no network. Generates:
   :tf_header_lib            headers + the -D flags TF was built with (ABI, Eigen alignment)
+  :eigen                    only the Eigen headers TF ships, with the same -D flags (for the
+                            framework-free engines and CPU runtime: no TensorFlow header there)
   :libtensorflow_framework  the framework shared library to link against
   :py_toolchain             a Python toolchain for that interpreter (Bazel 4 otherwise wants `python`)
   build_defs.bzl            TF_VERSION, TF_CXX11_ABI_FLAG, TF_COMPILE_DEFINES
@@ -49,6 +51,13 @@ load("@bazel_tools//tools/python:toolchain.bzl", "py_runtime_pair")
 cc_library(
     name = "tf_header_lib",
     hdrs = glob(["include/**"]),
+    includes = ["include"],
+    defines = {defines},
+)
+
+cc_library(
+    name = "eigen",
+    hdrs = glob(["include/Eigen/**", "include/unsupported/**"]),
     includes = ["include"],
     defines = {defines},
 )

@@ -18,7 +18,7 @@
 #include "cc/tf/cudnn_rnn/functor.h"
 #include "cc/core/cudnn_rnn_layout.h"
 #include "cc/tf/device.h"
-#include "cc/core/lstm_cell.h"  // AccFor
+#include "cc/core/precision.h"
 #include "cc/tf/validation.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/register_types.h"
