@@ -1,0 +1,67 @@
+"""Keras 3 layers on the tf_lstm_ops fused kernels (TensorFlow backend only).
+
+    import keras
+    import tf_lstm_ops.keras as tlk
+
+    model = keras.Sequential([
+        keras.Input((None, 16)),
+        keras.layers.Masking(),
+        tlk.LSTM(64, return_sequences=True),        # drop-in for keras.layers.LSTM
+        keras.layers.Bidirectional(tlk.GRU(32)),    # drop-in for keras.layers.GRU
+    ])
+
+Layers, one module per group (import them from here):
+
+- ``LSTM``, ``GRU``, ``SimpleRNN`` (module ``drop_in``): drop-in replacements for
+  ``keras.layers.LSTM``, ``keras.layers.GRU(reset_after=True)`` and ``keras.layers.SimpleRNN``.
+  They subclass Keras' layers and keep Keras' cell, so they have the same constructor arguments
+  and defaults, the same weight variables (``kernel``, ``recurrent_kernel``, ``bias``; GRU bias
+  ``[2, 3H]``), the same ``get_config`` and the same saved-weights structure:
+  ``ours.set_weights(theirs.get_weights())`` and ``ours.load_weights("keras_model.weights.h5")``
+  work. Every call runs one fused ``TfLstm>CudnnRNNV3`` op (forward and backward) on the sequence
+  instead of Keras' per-step loop. What a fused kernel cannot do is a ``ValueError`` at
+  construction: activations other than tanh/sigmoid (LSTM, GRU) or tanh/relu (SimpleRNN),
+  ``recurrent_dropout != 0``, ``GRU(reset_after=False)``, ``use_cudnn=False``. A mask must be
+  right-padded (per-example lengths); any other mask fails at run time with
+  ``InvalidArgumentError``. Results, including the outputs at masked steps, equal Keras' own CPU
+  layers.
+- ``CudnnRNN`` (and ``CudnnLSTM``, ``CudnnGRU``; module ``cudnn_rnn``): the CudnnRNN op family as
+  one multi-layer layer (``num_layers``, ``bidirectional``, ``dropout`` between layers,
+  ``num_proj`` for LSTM) with an opaque ``params`` weight in cuDNN's canonical packing and
+  ``get_canonical_weights`` / ``set_canonical_weights``; ``params_size`` gives the length of
+  ``params``.
+- ``LSTMBlockCell`` (module ``lstm_block_cell``): the ``LSTMBlockCell`` op as a cell for
+  ``keras.layers.RNN`` (``forget_bias``, ``cell_clip``, peepholes).
+
+Every layer sets ``supports_jit = False`` (custom ops have no XLA kernel; Keras would otherwise
+jit-compile the model on GPU hosts), computes in the dtype policy's compute dtype (``float32``,
+``mixed_float16``, ``mixed_bfloat16``; the kernels accumulate in float32), is registered with
+``keras.saving.register_keras_serializable(package="tf_lstm_ops")`` and round-trips through
+``.keras`` files (``import tf_lstm_ops.keras`` before ``keras.saving.load_model``) and
+``tf.saved_model.save`` (``import tf_lstm_ops`` before ``tf.saved_model.load``: the graphs contain
+the plugin's ``TfLstm>CudnnRNNV3`` ops).
+
+What the modules share (registration, the backend check, reading weights and inputs) is in
+``_common``.
+"""
+
+from tf_lstm_ops.keras.cudnn_rnn import CudnnGRU, CudnnLSTM, CudnnRNN, params_size
+from tf_lstm_ops.keras.drop_in import GRU, LSTM, SimpleRNN
+from tf_lstm_ops.keras.lstm_block_cell import LSTMBlockCell
+
+__all__ = [
+    "LSTM",
+    "GRU",
+    "SimpleRNN",
+    "CudnnRNN",
+    "CudnnLSTM",
+    "CudnnGRU",
+    "LSTMBlockCell",
+    "params_size",
+]
+
+# Each public name keeps the module path it had before the layers were split into modules: the
+# path help() and repr() print, and the "module" Keras records in saved .keras configs.
+for _name in __all__:
+    globals()[_name].__module__ = __name__
+del _name

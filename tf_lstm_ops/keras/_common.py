@@ -1,0 +1,68 @@
+"""What the Keras layer modules share: their registration for Keras serialisation, the backend
+check, reading weights and inputs in the compute dtype, the per-example lengths of a right-padded
+mask, and the TfLstm>CudnnRNNV3 op that the drop-in and CudnnRNN layers run."""
+
+import keras
+import tensorflow as tf
+
+from tf_lstm_ops._loader import library
+
+_PACKAGE = "tf_lstm_ops"
+_register = keras.saving.register_keras_serializable(package=_PACKAGE)
+
+
+def _check_backend(layer_name):
+    backend = keras.backend.backend()
+    if backend != "tensorflow":
+        raise RuntimeError(
+            "tf_lstm_ops.keras.%s runs TensorFlow custom ops and needs Keras' TensorFlow backend, "
+            "but Keras is using the %r backend. Set the environment variable "
+            "KERAS_BACKEND=tensorflow before importing keras (or use keras.layers instead)."
+            % (layer_name, backend)
+        )
+
+
+def _read(variable, dtype):
+    """A Keras variable (or tensor) as a tensor of `dtype` (the gradient reaches the variable)."""
+    if isinstance(variable, keras.Variable):
+        variable = variable.value
+    return tf.cast(variable, dtype)
+
+
+def _as_input(inputs, layer):
+    """The layer's input as a tensor; integer and boolean inputs in the layer's compute dtype, as
+    Keras' own layers compute them (their matmuls promote them to the weights' float dtype)."""
+    x = tf.convert_to_tensor(inputs)
+    if not x.dtype.is_floating:
+        x = tf.cast(x, layer.compute_dtype)
+    return x
+
+
+def _right_padded_lengths(mask, layer_name):
+    """Per-example lengths of a [B, T] mask, asserting that it is right-padded."""
+    mask = tf.convert_to_tensor(mask)
+    if mask.shape.rank == 3:
+        mask = tf.squeeze(mask, -1)
+    mask = tf.cast(mask, tf.bool)
+    lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
+    right_padded = tf.reduce_all(
+        tf.equal(mask, tf.sequence_mask(lengths, tf.shape(mask)[1]))
+    )
+    check = tf.debugging.Assert(
+        right_padded,
+        [
+            "tf_lstm_ops.keras.%s: the mask is not right-padded. The fused kernel takes one "
+            "length per example, so every row of the mask must be True for its first steps and "
+            "False after them (sequences padded at the end). Left padding or masked steps in "
+            "the middle of a sequence are not supported: pad at the end, or use the keras.layers "
+            "layer for such masks." % layer_name
+        ],
+    )
+    if check is not None:  # graph mode; eagerly Assert has already run
+        with tf.control_dependencies([check]):
+            lengths = tf.identity(lengths)
+    return lengths
+
+
+def _cudnn_rnn_v3(**kwargs):
+    return library.op("CudnnRNNV3")(**kwargs)
