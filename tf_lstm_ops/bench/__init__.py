@@ -1,0 +1,116 @@
+"""Benchmark of the tf_lstm_ops kernels against TensorFlow's, Keras' and PyTorch's recurrent layers.
+
+    python -m tf_lstm_ops.bench                               # default shapes, float32, lstm + gru
+    python -m tf_lstm_ops.bench --shape 50,32,128,256 --dtype bfloat16 --family lstm
+    python -m tf_lstm_ops.bench --quick --json - --quiet      # a tiny run, JSON on stdout
+    python -m tf_lstm_ops.bench --plot bench.png --memory     # bar chart; peak memory of fwd+bwd
+
+For every case (family x dtype x shape (T, B, I, H)) each contender times up to three phases:
+
+  fwd      the forward pass as a training step runs it (the ops keep what backward needs; torch
+           records its autograd graph). keras layers: a plain layer call.
+  bwd      the backward pass alone, given the saved forward results: the gradient op fed the
+           forward op's outputs (BlockLSTMGradV2, CudnnRNNBackpropV3); torch: autograd.grad on a
+           retained graph.
+  fwd+bwd  forward and backward in one tf.function (or one torch step), as a training step uses
+           them; the tape rows take tf.GradientTape's gradient w.r.t. the inputs and weights.
+
+Every TensorFlow callable is a tf.function with pre-made inputs; one element of every result is
+read back to the host (`.numpy()`), so each call has really finished. The first call of every
+callable (tracing) and --warmup more are untimed. The timed calls go round-robin over all
+contenders and phases of a case, --repeats rounds (the order rotates each round), each call after
+an untimed --cooldown pause (torch's OpenMP threads spin for milliseconds after a call and would
+otherwise slow whichever contender comes next), and the table reports medians. GFLOP/s count
+GEMM FLOP only (multiply-add = 2): LSTM forward 8*B*H*(I+H)*T, GRU 6*B*H*(I+H)*T, backward twice
+the forward; "% peak" divides by the median GFLOP/s of a float32 tf.matmul measured at the start
+of the run (for every dtype). "speedup" is the row's median divided by the baseline contender's
+median for the same phase (default: ours BlockLSTMV2 for lstm, ours CudnnRNNV3 for gru): above 1
+the baseline (ours) is faster.
+
+--memory measures the peak resident memory a fwd+bwd step adds (VmHWM after the step minus VmRSS
+before it, with the peak reset through /proc/self/clear_refs), in one fresh subprocess per case
+and contender, in which glibc returns every allocation of 64 KiB or more to the OS on free, so
+caches of earlier steps do not hide memory. It covers everything a step allocates (TF tensors,
+kernel scratch, Eigen/oneDNN buffers, torch), unlike TF's allocator statistics.
+
+torch contenders run when `import torch` works; --torch-path DIR appends a site-packages
+directory (e.g. of another venv with the same Python) to sys.path first. torch runs with
+torch.set_num_threads equal to TF's intra-op thread count.
+
+Modules: cli (arguments, run, main), contenders (cases and what is timed), timing, memory
+(--memory's subprocesses), environment (CPUs, threads, torch), table, charts (--plot).
+"""
+
+import os
+
+# Set when the benchmark is imported, before anything imports keras (the contenders do, lazily):
+# Keras runs on TensorFlow, TF's C++ logs stay quiet, and the --memory subprocesses inherit both.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+# Every public name of the benchmark, importable from tf_lstm_ops.bench as before it was split
+# into modules (the tests and scripts use them).
+from tf_lstm_ops.bench.charts import plot  # noqa: E402
+from tf_lstm_ops.bench.cli import (  # noqa: E402
+    DEFAULT_COOLDOWN_MS,
+    DEFAULT_REPEATS,
+    DEFAULT_SHAPES,
+    DEFAULT_WARMUP,
+    DTYPE_ALIASES,
+    QUICK_COOLDOWN_MS,
+    QUICK_REPEATS,
+    QUICK_SGEMM_N,
+    QUICK_SHAPES,
+    QUICK_WARMUP,
+    SGEMM_N,
+    build_parser,
+    main,
+    parse_args,
+    run,
+)
+from tf_lstm_ops.bench.contenders import (  # noqa: E402
+    CONTENDER_KEYS,
+    CONTENDERS,
+    DEFAULT_BASELINE,
+    DTYPES,
+    FAMILIES,
+    GATES,
+    HALF_FLOAT,
+    PHASES,
+    UNSUPPORTED_NOTES,
+    Case,
+    Contender,
+    Skip,
+    build_keras,
+    build_ours_block,
+    build_ours_cell_loop,
+    build_ours_cudnn,
+    build_ours_keras,
+    build_ours_tape,
+    build_tf_block,
+    build_tf_cell_loop,
+    build_torch,
+    contenders_for,
+    keras_dtype,
+    tf_dtype,
+)
+from tf_lstm_ops.bench.environment import (  # noqa: E402
+    cpu_snapshot,
+    import_torch,
+    machine_info,
+    other_cpu_use,
+    setup_threads,
+    usable_cpus,
+)
+from tf_lstm_ops.bench.memory import MEMORY_ENV, measure_memory, memory_worker  # noqa: E402
+from tf_lstm_ops.bench.table import format_table  # noqa: E402
+from tf_lstm_ops.bench.timing import (  # noqa: E402
+    Cell,
+    Progress,
+    add_speedups,
+    measure_call_overhead,
+    measure_sgemm,
+    plan,
+    results_of,
+    run_case,
+)

@@ -1,0 +1,345 @@
+"""What the benchmark runs: the case space (families, dtypes, phases), a Case's pre-made inputs,
+and the contenders, each a builder that returns one callable per phase it times (Skip when it
+cannot run a case)."""
+
+import math
+
+from tf_lstm_ops.bench._common import _first_line, _force, _function
+
+DTYPES = ("float32", "bfloat16", "half", "float64")
+FAMILIES = ("lstm", "gru")
+PHASES = ("fwd", "bwd", "fwd+bwd")
+GATES = {"lstm": 4, "gru": 3}
+
+
+class Skip(Exception):
+    """A contender that cannot run a case (unsupported dtype, missing package); the message is the
+    note printed under the table."""
+
+
+class Contender:
+    def __init__(self, key, family, name, phases, build, ours=False, dtypes=DTYPES, needs=None):
+        self.key, self.family, self.name = key, family, name
+        self.phases, self.build, self.ours = phases, build, ours
+        self.dtypes, self.needs = dtypes, needs  # needs: "torch" or "ours_keras"
+
+
+class Case:
+    """One (family, dtype, shape) with its pre-made inputs (built lazily, shared by contenders)."""
+
+    def __init__(self, family, dtype, shape, threads, torch_module=None, seed=0):
+        self.family, self.dtype, self.shape = family, dtype, tuple(shape)
+        self.T, self.B, self.I, self.H = shape
+        self.G = GATES[family]
+        self.threads, self.torch = threads, torch_module
+        self._seed, self._np, self._tf = seed, {}, {}
+
+    @property
+    def label(self):
+        return "%s %s (%s)" % (self.family, self.dtype, ",".join(map(str, self.shape)))
+
+    @property
+    def fwd_flop(self):
+        return 2 * self.G * self.B * self.H * (self.I + self.H) * self.T
+
+    def flop(self, phase):
+        return {"fwd": 1, "bwd": 2, "fwd+bwd": 3}[phase] * self.fwd_flop
+
+    def array(self, name):
+        """float32 NumPy inputs: x [T,B,I], dy [T,B,H], w [I+H, G*H], b [G*H], params (cuDNN)."""
+        import numpy as np
+
+        if name not in self._np:
+            rng = np.random.default_rng(self._seed + sum(map(ord, name)))
+            T, B, I, H, G = self.T, self.B, self.I, self.H, self.G
+            scale = 1.0 / math.sqrt(H)
+            shapes = {"x": (T, B, I), "dy": (T, B, H), "w": (I + H, G * H), "b": (G * H,),
+                      "params": (G * H * (I + H) + 2 * G * H,)}
+            if name in ("x", "dy"):
+                value = rng.standard_normal(shapes[name])
+            else:
+                value = rng.uniform(-scale, scale, shapes[name])
+            self._np[name] = value.astype(np.float32)
+        return self._np[name]
+
+    def tensor(self, name):
+        """TF tensors in the case dtype: the arrays above, x_bm / dy_bm (batch-major), zeros_bh
+        [B,H], zeros_h [H], zeros_1bh [1,B,H], the int64 T and int32 lengths [B]."""
+        import tensorflow as tf
+
+        if name not in self._tf:
+            dtype = tf_dtype(self.dtype)
+            if name == "zeros_bh":
+                value = tf.zeros([self.B, self.H], dtype)
+            elif name == "zeros_h":
+                value = tf.zeros([self.H], dtype)
+            elif name == "zeros_1bh":
+                value = tf.zeros([1, self.B, self.H], dtype)
+            elif name == "seq_len_max":
+                value = tf.constant(self.T, tf.int64)
+            elif name == "lengths":
+                value = tf.fill([self.B], tf.constant(self.T, tf.int32))
+            elif name.endswith("_bm"):
+                value = tf.transpose(self.tensor(name[:-3]), [1, 0, 2])
+            else:
+                value = tf.cast(tf.constant(self.array(name)), dtype)
+            self._tf[name] = value
+        return self._tf[name]
+
+
+def tf_dtype(name):
+    import tensorflow as tf
+
+    return {"float32": tf.float32, "bfloat16": tf.bfloat16, "half": tf.float16,
+            "float64": tf.float64}[name]
+
+
+def keras_dtype(name):
+    return {"half": "float16"}.get(name, name)
+
+
+def _block_lstm(raw, case):
+    """BlockLSTMV2 + BlockLSTMGradV2 of `raw` (tf_lstm_ops.raw or tf.raw_ops)."""
+    import tensorflow as tf
+
+    t = case.tensor
+    args = dict(seq_len_max=t("seq_len_max"), x=t("x"), cs_prev=t("zeros_bh"), h_prev=t("zeros_bh"),
+                w=t("w"), wci=t("zeros_h"), wcf=t("zeros_h"), wco=t("zeros_h"), b=t("b"))
+    dy = t("dy")
+    fwd_op, grad_op = raw.BlockLSTMV2, raw.BlockLSTMGradV2
+
+    def forward(a):
+        return fwd_op(cell_clip=0.0, use_peephole=False, **a)
+
+    def backward(a, out):
+        acts = dict(zip(("i", "cs", "f", "o", "ci", "co", "h"), out))
+        return grad_op(cs_grad=tf.zeros_like(dy), h_grad=dy, use_peephole=False, **a, **acts)
+
+    fwd = _function(lambda a: _force([forward(a).h]))
+    bwd = _function(lambda a, out: _force(backward(a, out)))
+    both = _function(lambda a: _force(backward(a, forward(a))))
+    saved = tuple(forward(args))  # the saved activations bwd starts from (eager, untimed)
+    return {"fwd": lambda: fwd(args).numpy(),
+            "bwd": lambda: bwd(args, saved).numpy(),
+            "fwd+bwd": lambda: both(args).numpy()}
+
+
+def build_ours_block(case):
+    import tf_lstm_ops
+
+    return _block_lstm(tf_lstm_ops.raw, case)
+
+
+def build_tf_block(case):
+    import tensorflow as tf
+
+    return _block_lstm(tf.raw_ops, case)
+
+
+def build_ours_tape(case):
+    import tensorflow as tf
+    import tf_lstm_ops
+
+    t = case.tensor
+    x, w, b, dy = t("x"), t("w"), t("b"), t("dy")
+    rest = dict(seq_len_max=t("seq_len_max"), cs_prev=t("zeros_bh"), h_prev=t("zeros_bh"),
+                wci=t("zeros_h"), wcf=t("zeros_h"), wco=t("zeros_h"))
+
+    @_function
+    def step(x, w, b):
+        with tf.GradientTape() as tape:
+            tape.watch([x, w, b])
+            h = tf_lstm_ops.raw.BlockLSTMV2(x=x, w=w, b=b, cell_clip=0.0, use_peephole=False,
+                                            **rest).h
+            loss = tf.reduce_sum(h * dy)
+        return _force(tape.gradient(loss, [x, w, b]))
+
+    return {"fwd+bwd": lambda: step(x, w, b).numpy()}
+
+
+def _cell_loop(cell_op, case):
+    """An LSTMBlockCell op run over T in a tf.while_loop: the stacked h [T, B, H]."""
+    import tensorflow as tf
+
+    t = case.tensor
+    zeros_h, T = t("zeros_h"), case.T
+
+    def run(x, w, b, cs0, h0):
+        def body(k, cs, h, hs):
+            out = cell_op(x=x[k], cs_prev=cs, h_prev=h, w=w, wci=zeros_h, wcf=zeros_h, wco=zeros_h,
+                          b=b, forget_bias=0.0, cell_clip=0.0, use_peephole=False)
+            return k + 1, out.cs, out.h, hs.write(k, out.h)
+
+        hs = tf.TensorArray(x.dtype, size=T)
+        _, _, _, hs = tf.while_loop(lambda k, *_: k < T, body, (tf.constant(0), cs0, h0, hs))
+        return hs.stack()
+
+    return run
+
+
+def _cell_loop_phases(cell_op, case, with_grad):
+    import tensorflow as tf
+
+    t = case.tensor
+    run = _cell_loop(cell_op, case)
+    args = (t("x"), t("w"), t("b"), t("zeros_bh"), t("zeros_bh"))
+    dy = t("dy")
+    fwd = _function(lambda *a: _force([run(*a)]))
+    phases = {"fwd": lambda: fwd(*args).numpy()}
+    if with_grad:
+        @_function
+        def both(x, w, b, cs0, h0):
+            with tf.GradientTape() as tape:
+                tape.watch([x, w, b])
+                loss = tf.reduce_sum(run(x, w, b, cs0, h0) * dy)
+            return _force(tape.gradient(loss, [x, w, b]))
+
+        phases["fwd+bwd"] = lambda: both(*args).numpy()
+    return phases
+
+
+def build_ours_cell_loop(case):
+    import tf_lstm_ops
+
+    return _cell_loop_phases(tf_lstm_ops.raw.LSTMBlockCell, case, with_grad=True)
+
+
+def build_tf_cell_loop(case):
+    import tensorflow as tf
+
+    return _cell_loop_phases(tf.raw_ops.LSTMBlockCell, case, with_grad=False)
+
+
+def build_ours_cudnn(case):
+    import tensorflow as tf
+    import tf_lstm_ops
+
+    t = case.tensor
+    attrs = dict(rnn_mode=case.family, time_major=True)
+    args = dict(input=t("x"), input_h=t("zeros_1bh"), input_c=t("zeros_1bh"), params=t("params"),
+                sequence_lengths=t("lengths"))
+    dy, zeros = t("dy"), t("zeros_1bh")
+    fwd_op, bwd_op = tf_lstm_ops.raw.CudnnRNNV3, tf_lstm_ops.raw.CudnnRNNBackpropV3
+
+    def forward(a):
+        return fwd_op(is_training=True, **attrs, **a)
+
+    def backward(a, out):
+        output, output_h, output_c, reserve_space, host_reserved = out
+        return bwd_op(output=output, output_h=output_h, output_c=output_c, output_backprop=dy,
+                      output_h_backprop=zeros, output_c_backprop=zeros,
+                      reserve_space=reserve_space, host_reserved=host_reserved, **attrs, **a)
+
+    fwd = _function(lambda a: _force([forward(a).output]))
+    bwd = _function(lambda a, out: _force(backward(a, out)))
+    both = _function(lambda a: _force(backward(a, forward(a))))
+    saved = tuple(forward(args))
+    return {"fwd": lambda: fwd(args).numpy(),
+            "bwd": lambda: bwd(args, saved).numpy(),
+            "fwd+bwd": lambda: both(args).numpy()}
+
+
+def _keras_phases(layer_cls, case, **kwargs):
+    import tensorflow as tf
+
+    # glorot_uniform: the default orthogonal initializer needs a QR, which has no bfloat16 kernel
+    layer = layer_cls(case.H, return_sequences=True, dtype=keras_dtype(case.dtype),
+                      recurrent_initializer="glorot_uniform", **kwargs)
+    layer.build((case.B, case.T, case.I))
+    x, dy = case.tensor("x_bm"), case.tensor("dy_bm")
+    fwd = tf.function(lambda x: _force([layer(x)]))
+
+    @tf.function
+    def both(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            loss = tf.reduce_sum(layer(x, training=True) * dy)
+        return _force(tape.gradient(loss, [x] + list(layer.trainable_variables)))
+
+    return {"fwd": lambda: fwd(x).numpy(), "fwd+bwd": lambda: both(x).numpy()}
+
+
+def build_keras(case):
+    import keras
+
+    if case.family == "lstm":
+        return _keras_phases(keras.layers.LSTM, case)
+    return _keras_phases(keras.layers.GRU, case, reset_after=True)
+
+
+def build_ours_keras(case):
+    try:
+        import tf_lstm_ops.keras as tlk
+    except Exception as error:  # the module is optional for the benchmark
+        raise Skip("tf_lstm_ops.keras not importable (%s: %s)"
+                   % (type(error).__name__, _first_line(error)))
+    if case.family == "lstm":
+        return _keras_phases(tlk.LSTM, case)
+    return _keras_phases(tlk.GRU, case, reset_after=True)
+
+
+def build_torch(case):
+    torch = case.torch
+    if torch is None:
+        raise Skip("torch not importable")
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "half": torch.float16,
+             "float64": torch.float64}[case.dtype]
+    torch.set_num_threads(case.threads)
+    torch.manual_seed(0)
+    cls = torch.nn.LSTM if case.family == "lstm" else torch.nn.GRU
+    module = cls(case.I, case.H).to(dtype)  # time-major, like ours
+    params = list(module.parameters())
+    x = torch.from_numpy(case.array("x")).to(dtype).requires_grad_(True)
+    dy = torch.from_numpy(case.array("dy")).to(dtype)
+    inputs = [x] + params
+
+    def force(tensors):
+        return float(sum(v.reshape(-1)[0].float() for v in tensors))
+
+    def fwd():
+        return force([module(x)[0]])
+
+    def both():
+        y = module(x)[0]
+        return force(torch.autograd.grad(y, inputs, dy))
+
+    saved = module(x)[0]
+
+    def bwd():
+        return force(torch.autograd.grad(saved, inputs, dy, retain_graph=True))
+
+    return {"fwd": fwd, "bwd": bwd, "fwd+bwd": both}
+
+
+HALF_FLOAT = ("half", "float32")
+CONTENDERS = (
+    Contender("ours_block", "lstm", "ours BlockLSTMV2", PHASES, build_ours_block, ours=True),
+    Contender("ours_tape", "lstm", "ours BlockLSTMV2 (tape)", ("fwd+bwd",), build_ours_tape,
+              ours=True),
+    Contender("ours_cudnn", "lstm", "ours CudnnRNNV3", PHASES, build_ours_cudnn, ours=True),
+    Contender("ours_cell_loop", "lstm", "ours LSTMBlockCell loop", ("fwd", "fwd+bwd"),
+              build_ours_cell_loop, ours=True),
+    Contender("ours_keras", "lstm", "ours keras.LSTM", ("fwd", "fwd+bwd"), build_ours_keras,
+              ours=True, needs="ours_keras"),
+    Contender("tf_block", "lstm", "tf.raw_ops BlockLSTMV2", PHASES, build_tf_block,
+              dtypes=HALF_FLOAT),
+    Contender("tf_cell_loop", "lstm", "tf.raw_ops LSTMBlockCell loop", ("fwd",),
+              build_tf_cell_loop, dtypes=HALF_FLOAT),
+    Contender("keras", "lstm", "keras.layers.LSTM", ("fwd", "fwd+bwd"), build_keras),
+    Contender("torch", "lstm", "torch.nn.LSTM", PHASES, build_torch, needs="torch"),
+    Contender("ours_cudnn", "gru", "ours CudnnRNNV3 gru", PHASES, build_ours_cudnn, ours=True),
+    Contender("ours_keras", "gru", "ours keras.GRU", ("fwd", "fwd+bwd"), build_ours_keras,
+              ours=True, needs="ours_keras"),
+    Contender("keras", "gru", "keras.layers.GRU", ("fwd", "fwd+bwd"), build_keras),
+    Contender("torch", "gru", "torch.nn.GRU", PHASES, build_torch, needs="torch"),
+)
+DEFAULT_BASELINE = {"lstm": "ours_block", "gru": "ours_cudnn"}
+CONTENDER_KEYS = tuple(dict.fromkeys(c.key for c in CONTENDERS))
+UNSUPPORTED_NOTES = {"tf_block": "TF registers BlockLSTMV2/GradV2 CPU kernels for half and float32"
+                                 " only",
+                     "tf_cell_loop": "TF registers LSTMBlockCell CPU kernels for half and float32"
+                                     " only"}
+
+
+def contenders_for(family, keys):
+    return [c for c in CONTENDERS if c.family == family and (keys is None or c.key in keys)]
