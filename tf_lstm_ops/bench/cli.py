@@ -110,7 +110,7 @@ def build_parser():
                "  python -m tf_lstm_ops.bench --shape 50,32,128,256 --dtype bfloat16 --family lstm\n"
                "  python -m tf_lstm_ops.bench --quick --json - --quiet\n"
                "  python -m tf_lstm_ops.bench --plot bench.png --json bench.json --memory\n"
-               "  python -m tf_lstm_ops.bench --torch-path /tmp/benchvenv/lib/python3.11/site-packages"
+               "  python -m tf_lstm_ops.bench --torch-path /path/to/venv/lib/python3.X/site-packages"
                % ", ".join(CONTENDER_KEYS),
     )
     parser.add_argument("--shape", type=_shape, action="append", metavar="T,B,I,H",
