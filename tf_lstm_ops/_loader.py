@@ -31,6 +31,8 @@ CUDNN_OP_NAMES = (
     "CudnnRNNCanonicalToParams",
     "CudnnRNNCanonicalToParamsV2",
 )
+# Ours alone, with no tf.raw_ops namesake, so tf_lstm_ops.raw leaves them out.
+PRIVATE_OP_NAMES = ("BlockLSTMFullGrad",)  # the gradient w.r.t. all seven outputs
 OP_NAMES = (
     "LSTMBlockCell",
     "LSTMBlockCellGrad",
@@ -38,8 +40,7 @@ OP_NAMES = (
     "BlockLSTMGrad",
     "BlockLSTMV2",
     "BlockLSTMGradV2",
-    "BlockLSTMFullGrad",  # ours: the gradient w.r.t. all seven outputs
-) + CUDNN_OP_NAMES
+) + PRIVATE_OP_NAMES + CUDNN_OP_NAMES
 
 _REBUILD_HINT = "rebuild it with ./configure.sh (or: bazel build //:tf_lstm_ops/_lstm_ops.so)"
 

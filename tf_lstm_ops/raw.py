@@ -5,16 +5,10 @@ only) and returns a namedtuple with the same output names. They additionally acc
 float64, have correct registered gradients, and reject bad shapes with InvalidArgumentError.
 """
 
-from tf_lstm_ops._loader import CUDNN_OP_NAMES, library
+from tf_lstm_ops._loader import OP_NAMES, PRIVATE_OP_NAMES, library
 
-__all__ = [
-    "LSTMBlockCell",
-    "LSTMBlockCellGrad",
-    "BlockLSTM",
-    "BlockLSTMGrad",
-    "BlockLSTMV2",
-    "BlockLSTMGradV2",
-] + list(CUDNN_OP_NAMES)
+# Every op of the library that has a tf.raw_ops namesake, in the loader's order.
+__all__ = [name for name in OP_NAMES if name not in PRIVATE_OP_NAMES]
 
 
 def __getattr__(name):
