@@ -12,7 +12,7 @@ against (the loader checks).
 import os
 import shutil
 
-from setuptools import setup
+from setuptools import find_packages, setup
 from setuptools.command.build_py import build_py
 from setuptools.dist import Distribution
 
@@ -42,7 +42,7 @@ setup(
     name="tf_lstm_ops",
     version="0.1.0",
     description="Fast, correct LSTM kernels for TensorFlow as a custom-op plugin",
-    packages=["tf_lstm_ops"],
+    packages=find_packages(include=["tf_lstm_ops", "tf_lstm_ops.*"]),  # with its subpackages
     python_requires=">=3.11",
     install_requires=["numpy>=1.26"],
     extras_require={
