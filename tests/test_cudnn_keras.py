@@ -5,7 +5,6 @@ only with a GPU) runs on CPU through the plugin and agrees with Keras's CPU path
 backward."""
 
 import os
-import zlib
 
 import numpy as np
 import pytest
@@ -21,11 +20,6 @@ if keras.backend.backend() != "tensorflow":  # pragma: no cover
 T_, B_, I_, H_ = 5, 3, 4, 3
 LENS = np.array([5, 2, 4])
 WHERE = ("plugin", "tf")
-
-
-@pytest.fixture
-def rng(request):
-    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
 
 
 @pytest.fixture(scope="module", autouse=True)

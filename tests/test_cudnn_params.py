@@ -1,7 +1,6 @@
 """CudnnRNNParamsSize, ParamsToCanonical(V2) and CanonicalToParams(V2) on CPU, through
 tf_lstm_ops.raw.* and tf.raw_ops.*, against the reference layout (spec 5)."""
 
-import zlib
 
 import numpy as np
 import pytest
@@ -12,11 +11,6 @@ import cudnn_reference as R
 MODES = R.MODES
 DIRS = ("unidirectional", "bidirectional")
 WHERE = ("plugin", "tf")
-
-
-@pytest.fixture
-def rng(request):
-    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
 
 
 def _cases():

@@ -7,7 +7,6 @@
 None of this needs the plugin."""
 
 import os
-import zlib
 
 import numpy as np
 import pytest
@@ -16,11 +15,6 @@ import cudnn_reference as R
 
 MODES = R.MODES
 DIRS = ("unidirectional", "bidirectional")
-
-
-@pytest.fixture
-def rng(request):
-    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
 
 
 def call_forward(cfg, inp, **kw):

@@ -4,7 +4,6 @@ CPU kernels the plugin provides), plus tape gradients, tf.test.compute_gradient,
 dropout."""
 
 import inspect
-import zlib
 
 import numpy as np
 import pytest
@@ -18,11 +17,6 @@ DIRS = ("unidirectional", "bidirectional")
 WHERE = ("plugin", "tf")
 T_, B_, I_, H_, P_ = 4, 3, 3, 4, 2
 LENS = [4, 1, 3]
-
-
-@pytest.fixture
-def rng(request):
-    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
 
 
 @pytest.fixture(scope="module", autouse=True)

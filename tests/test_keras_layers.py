@@ -4,7 +4,6 @@ Bidirectional, mixed precision), the construction errors, the LSTMBlockCell in k
 and the multi-layer CudnnRNN layers against the raw op and stacked Keras layers."""
 
 import os
-import zlib
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
@@ -32,11 +31,6 @@ KINDS = {
     "rnn_tanh": (tlk.SimpleRNN, keras.layers.SimpleRNN, {}),
     "rnn_relu": (tlk.SimpleRNN, keras.layers.SimpleRNN, dict(activation="relu")),
 }
-
-
-@pytest.fixture
-def rng(request):
-    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
 
 
 def right_padded(lens, steps=T):

@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import zlib
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
@@ -24,11 +23,6 @@ import tf_lstm_ops.keras as tlk  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 B, T, I, H = 3, 5, 4, 3
-
-
-@pytest.fixture
-def rng(request):
-    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
 
 
 def run_python(script, env_extra=None, timeout=120):
