@@ -1,5 +1,5 @@
-"""Float64 NumPy reference for TensorFlow's CudnnRNN op family, written from
-/work/shared/spec/cudnn_rnn.md (section numbers below refer to it).
+"""Float64 NumPy reference for TensorFlow's CudnnRNN op family, written from its specification,
+docs/cudnn_rnn.md.
 
     cfg = Cfg("lstm", num_layers=2, num_units=4, input_size=3, direction="bidirectional")
     weights, biases = random_canonical(rng, cfg)        # canonical lists (spec 5.1)

@@ -1,4 +1,5 @@
-"""Float64 NumPy reference for the LSTM block ops, written from /work/shared/spec/block_lstm.md.
+"""Float64 NumPy reference for the LSTM block ops, written from their specification,
+docs/block_lstm.md.
 
 Conventions (spec §1): W is [I+H, 4H] (rows 0..I-1 multiply x, the rest h_prev); the 4H axis is
 split into four H-wide blocks whose order is the *layout*: "ICFO" (LSTMBlockCell, BlockLSTM) or
