@@ -16,8 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import reference as ref  # noqa: E402
+from tools.references import block_lstm as ref  # noqa: E402
 
 DTYPES = {
     "half": tf.float16,

@@ -32,7 +32,7 @@ import tensorflow as tf  # noqa: E402
 from tensorflow.python.framework import op_def_registry  # noqa: E402
 
 import tf_lstm_ops  # noqa: E402
-import cudnn_reference as R  # noqa: E402
+from tools.references import cudnn_rnn as R  # noqa: E402
 
 raw = tf_lstm_ops.raw
 HUGE = 2 ** 40

@@ -21,8 +21,8 @@ import tensorflow as tf  # noqa: E402
 
 tf.config.threading.set_intra_op_parallelism_threads(int(sys.argv[1]))
 
-import cudnn_reference as R  # noqa: E402
-import reference as ref  # noqa: E402
+from tools.references import cudnn_rnn as R  # noqa: E402
+from tools.references import block_lstm as ref  # noqa: E402
 import tf_lstm_ops  # noqa: E402
 from tf_lstm_ops._loader import cpu_isa, in_place_backward_runs  # noqa: E402
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import reference as ref
+from tools.references import block_lstm as ref
 from conftest import (
     CELL_SHAPE_IDS, CELL_SHAPES, OUTPUTS, SEQ_SHAPE_IDS, SEQ_SHAPES, activations_for_grad,
     assert_close, f32, random_params, round_to, tf_inputs, to_numpy, to_tf,

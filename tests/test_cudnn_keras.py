@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import cudnn_reference as R
+from tools.references import cudnn_rnn as R
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 keras = pytest.importorskip("keras")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import cudnn_reference as R
+from tools.references import cudnn_rnn as R
 
 MODES = R.MODES
 DIRS = ("unidirectional", "bidirectional")

@@ -11,7 +11,7 @@ import os
 import numpy as np
 import pytest
 
-import cudnn_reference as R
+from tools.references import cudnn_rnn as R
 
 MODES = R.MODES
 DIRS = ("unidirectional", "bidirectional")

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import cudnn_reference as R
-from cudnn_reference import TOL, assert_close
+from tools.references import cudnn_rnn as R
+from tools.references.cudnn_rnn import TOL, assert_close
 
 MODES = R.MODES
 DIRS = ("unidirectional", "bidirectional")

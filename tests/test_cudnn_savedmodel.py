@@ -11,7 +11,7 @@ import textwrap
 import numpy as np
 import pytest
 
-import cudnn_reference as R
+from tools.references import cudnn_rnn as R
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import cudnn_reference as R
+from tools.references import cudnn_rnn as R
 
 WHERE = ("plugin", "tf")
 MODE = ("eager", "function")

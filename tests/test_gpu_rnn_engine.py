@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-import cudnn_reference as R
+from tools.references import cudnn_rnn as R
 
 from tools.gpu_selftest import rnn_checks as C  # noqa: E402  (pytest.ini: repo on sys.path)
 

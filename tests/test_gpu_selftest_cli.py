@@ -20,8 +20,8 @@ import types
 import numpy as np
 import pytest
 
-import cudnn_reference as R
-import reference as block_ref
+from tools.references import cudnn_rnn as R
+from tools.references import block_lstm as block_ref
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SELFTEST = os.path.join(ROOT, "tools", "gpu_selftest")

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import cudnn_reference as R
+from tools.references import cudnn_rnn as R
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(TESTS)

@@ -11,7 +11,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-import reference as ref  # noqa: E402
+from tools.references import block_lstm as ref  # noqa: E402
 
 keras = pytest.importorskip("keras")
 if keras.backend.backend() != "tensorflow":  # pragma: no cover

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import reference as ref
+from tools.references import block_lstm as ref
 from conftest import (
     CELL_SHAPE_IDS, CELL_SHAPES, OUTPUTS, SEQ_SHAPE_IDS, SEQ_SHAPES, V1_ATTR_IDS,
     V1_ATTRS, V2_ATTR_IDS, V2_ATTRS, activations_for_grad, assert_close, attrs_for,

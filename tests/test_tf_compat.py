@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import cudnn_reference as R
+from tools.references import cudnn_rnn as R
 import tf_lstm_ops
 import tf_lstm_ops.keras as tlk
 
@@ -187,7 +187,7 @@ def test_num_proj_equal_to_num_units_is_no_projection(rng, where):
 
 _MASKS_SCRIPT = textwrap.dedent("""
     import numpy as np, tensorflow as tf, tf_lstm_ops
-    import cudnn_reference as R
+    from tools.references import cudnn_rnn as R
     cfg = R.Cfg("rnn_tanh", 2, 8, 3)
     kw = R.tf_forward_inputs(cfg, R.random_inputs(np.random.default_rng(0), cfg, 5, 4), "float32")
     outs = [tf_lstm_ops.raw.CudnnRNNV3(**kw, **R.tf_attrs(cfg), dropout=0.5, seed=7, seed2=9,

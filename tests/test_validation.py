@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import reference as ref
+from tools.references import block_lstm as ref
 from conftest import (
     CELL_INPUTS, OUTPUTS, assert_close, message_names, random_params, tf_inputs, to_numpy,
 )

@@ -3,8 +3,8 @@
 // .data_ptr() for the CUDA backend). backend "cuda" calls the launcher API of cc/gpu/rnn_gpu.h
 // (exactly what the TensorFlow kernels call) on the given stream; backend "host" runs the same
 // engines with HostBackend on the CPU.
-#ifndef TF_LSTM_OPS_CC_GPU_SELFTEST_BINDINGS_H_
-#define TF_LSTM_OPS_CC_GPU_SELFTEST_BINDINGS_H_
+#ifndef TF_LSTM_OPS_TOOLS_GPU_SELFTEST_BINDINGS_H_
+#define TF_LSTM_OPS_TOOLS_GPU_SELFTEST_BINDINGS_H_
 
 #include <pybind11/pybind11.h>
 
@@ -60,4 +60,4 @@ void RegisterRnn(pybind11::module_& m);   // rnn_bindings.cu.cc
 }  // namespace gpu
 }  // namespace tf_lstm_ops
 
-#endif  // TF_LSTM_OPS_CC_GPU_SELFTEST_BINDINGS_H_
+#endif  // TF_LSTM_OPS_TOOLS_GPU_SELFTEST_BINDINGS_H_

@@ -14,18 +14,12 @@ errors above the dtype's tolerance, non-finite values, outputs that must be exac
 not, a scratch guard that was overwritten.
 """
 
-import os
-import sys
 import zlib
 
 import numpy as np
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-for _path in (_ROOT, os.path.join(_ROOT, "tests")):  # the repo (tools.gpu_selftest) and tests/
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
-import reference as ref  # noqa: E402  (tests/reference.py)
-from tools.gpu_selftest import storage  # noqa: E402
+from tools.references import block_lstm as ref
+from tools.gpu_selftest import storage
 
 DTYPES = storage.DTYPES
 OUTPUTS = ref.OUTPUT_NAMES  # i, cs, f, o, ci, co, h

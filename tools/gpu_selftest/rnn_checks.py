@@ -20,18 +20,11 @@ rounded values, so a comparison measures only the engine's own arithmetic.
 """
 
 import dataclasses
-import os
-import sys
 
 import numpy as np
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_TESTS = os.path.join(_ROOT, "tests")
-for _path in (_ROOT, _TESTS):  # the repo (tools.gpu_selftest) and tests/
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
-import cudnn_reference as R  # noqa: E402
-from tools.gpu_selftest import storage  # noqa: E402
+from tools.references import cudnn_rnn as R
+from tools.gpu_selftest import storage
 
 DTYPES = storage.DTYPES
 # vs the float64 reference, relative to max(1, max|expected|): the CPU kernels' tolerances

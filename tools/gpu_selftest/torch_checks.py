@@ -27,20 +27,13 @@ torch float64 to 1e-9 in float64.
 import dataclasses
 import os
 import statistics
-import sys
 import time
 from unittest import mock
 
 import numpy as np
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(_HERE)))
-_TESTS = os.path.join(_ROOT, "tests")
-for _path in (_ROOT, _TESTS):  # the repo (cc.gpu.selftest) and tests/
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
-import cudnn_reference as R  # noqa: E402
-from tools.gpu_selftest import lstm_checks, rnn_checks, storage  # noqa: E402
+from tools.references import cudnn_rnn as R
+from tools.gpu_selftest import lstm_checks, rnn_checks, storage
 
 DTYPES = storage.DTYPES
 # ours vs torch float64, relative to max(1, max|expected|): at least this much is allowed ...

@@ -1,0 +1,1 @@
+"""Repository tools: the GPU self-test (gpu_selftest) and the float64 references (references)."""
