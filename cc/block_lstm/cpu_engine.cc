@@ -282,7 +282,9 @@ class ForwardProducts {
       // step t-1's state must not see another slice's step t already.
       h_acc_ = scratch.Take<A>(2 * step);
     }
-    if (w != nullptr && wh_packed_ != nullptr) packing.Pack(d, H, w + I * G, G, int64_t{1}, wh_packed_);
+    if (w != nullptr && wh_packed_ != nullptr) {
+      packing.Pack(d, H, w + I * G, G, int64_t{1}, wh_packed_);
+    }
   }
 
   // xw = x·Wx for the `steps` steps from t0 (steps·B rows; interleaved for bf16 dot).
@@ -400,63 +402,63 @@ template <typename T>
 bool ForwardWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims,
                  const LstmAttrs& attrs, int64_t seq_len_max, const LstmInputs<T>& in,
                  const LstmActivations<T*>& out) {
-    using A = AccFor<T>;
-    const int64_t B = dims.batch, H = dims.cell, G = 4 * H, L = seq_len_max;
-    const int64_t step = B * H;
+  using A = AccFor<T>;
+  const int64_t B = dims.batch, H = dims.cell, G = 4 * H, L = seq_len_max;
+  const int64_t step = B * H;
 
-    // Steps past seq_len_max are zero in every output (TF leaves i, f, o, ci, co uninitialised).
-    if (!scratch.counting()) {
-      for (T* p : {out.i, out.cs, out.f, out.o, out.ci, out.co, out.h}) {
-        Fill(d, p + L * step, (dims.time - L) * step, T(0));
-      }
+  // Steps past seq_len_max are zero in every output (TF leaves i, f, o, ci, co uninitialised).
+  if (!scratch.counting()) {
+    for (T* p : {out.i, out.cs, out.f, out.o, out.ci, out.co, out.h}) {
+      Fill(d, p + L * step, (dims.time - L) * step, T(0));
     }
-    if (L == 0 || step == 0) return true;
+  }
+  if (L == 0 || step == 0) return true;
 
-    const A* bias = AsAcc<A>(d, scratch, in.b, G);
-    Peepholes<T, A> peep;
-    peep.Init(d, scratch, attrs, in, H);
+  const A* bias = AsAcc<A>(d, scratch, in.b, G);
+  Peepholes<T, A> peep;
+  peep.Init(d, scratch, attrs, in, H);
 
-    // The time loop: one phase per step; each unit slice multiplies the state by its own
-    // columns of Wh (packed once, kept hot in one core's cache) and runs the fused element-wise
-    // pass of its units. A step's units need the whole previous h, hence the phase order.
-    const SlicePacking packing(UnitSlices(H, d.numThreads()), H, 4);
-    const std::vector<int64_t>& bounds = packing.bounds();
-    ForwardProducts<T, A> products;
-    products.Init(d, scratch, dims, L, in, out, packing);
+  // The time loop: one phase per step; each unit slice multiplies the state by its own
+  // columns of Wh (packed once, kept hot in one core's cache) and runs the fused element-wise
+  // pass of its units. A step's units need the whole previous h, hence the phase order.
+  const SlicePacking packing(UnitSlices(H, d.numThreads()), H, 4);
+  const std::vector<int64_t>& bounds = packing.bounds();
+  ForwardProducts<T, A> products;
+  products.Init(d, scratch, dims, L, in, out, packing);
 
-    // Input projection of a chunk of steps at once, straight into the i, f, ci, o outputs
-    // (the step's element-wise pass replaces each value by its activation), except in half and
-    // bfloat16, where it stays in float in a chunk's scratch. rec holds every slice's h·Wh of a
-    // step.
-    const GateBlocks blk = BlocksOf(attrs.layout);
-    const int64_t chunk = StepsPerChunk(B, L);
-    GateMatrix<A*> xw_scratch{};
-    if constexpr (!std::is_same_v<T, A>) {
-      xw_scratch = GateMatrix<A*>::Interleaved(scratch.Take<A>(chunk * B * G), H);
+  // Input projection of a chunk of steps at once, straight into the i, f, ci, o outputs
+  // (the step's element-wise pass replaces each value by its activation), except in half and
+  // bfloat16, where it stays in float in a chunk's scratch. rec holds every slice's h·Wh of a
+  // step.
+  const GateBlocks blk = BlocksOf(attrs.layout);
+  const int64_t chunk = StepsPerChunk(B, L);
+  GateMatrix<A*> xw_scratch{};
+  if constexpr (!std::is_same_v<T, A>) {
+    xw_scratch = GateMatrix<A*>::Interleaved(scratch.Take<A>(chunk * B * G), H);
+  }
+  A* rec = scratch.Take<A>(B * packing.total_cols());
+  if (scratch.counting() || !scratch.ok()) return scratch.ok();
+  const CellParams<A> params = MakeCellParams<A, T>(attrs);
+  WithFlags(params.use_peephole, params.clip_active, [&](auto peephole, auto clip) {
+    for (int64_t t0 = 0; t0 < L; t0 += chunk) {
+      const int64_t steps = std::min(chunk, L - t0);
+      GateMatrix<A*> xw = xw_scratch;
+      if constexpr (std::is_same_v<T, A>) xw = GateMatrix<A*>::Of(out, blk, H).Row(t0 * B);
+      products.Project(d, t0, steps, xw);
+      RunPhases(d, steps, packing.slices(), [&](int64_t s, int u) {
+        const int64_t t = t0 + s;
+        const int64_t j0 = bounds[u], n = bounds[u + 1] - j0;
+        A* rec_u = rec + B * packing.col0(u);
+        products.Recur(u, t, rec_u);
+        const T* cs_prev = t == 0 ? in.cs_prev : out.cs + (t - 1) * step;
+        ForwardUnits<T, A, MathFor<T>, decltype(peephole)::value, decltype(clip)::value>(
+            B, j0, j0 + n, H, blk, params.forget_bias, params.cell_clip, xw.Row(s * B), rec_u,
+            packing.gate_cols(u), bias, cs_prev, peep, AtStep(out, t, step),
+            products.StateOut(t));
+      });
     }
-    A* rec = scratch.Take<A>(B * packing.total_cols());
-    if (scratch.counting() || !scratch.ok()) return scratch.ok();
-    const CellParams<A> params = MakeCellParams<A, T>(attrs);
-    WithFlags(params.use_peephole, params.clip_active, [&](auto peephole, auto clip) {
-      for (int64_t t0 = 0; t0 < L; t0 += chunk) {
-        const int64_t steps = std::min(chunk, L - t0);
-        GateMatrix<A*> xw = xw_scratch;
-        if constexpr (std::is_same_v<T, A>) xw = GateMatrix<A*>::Of(out, blk, H).Row(t0 * B);
-        products.Project(d, t0, steps, xw);
-        RunPhases(d, steps, packing.slices(), [&](int64_t s, int u) {
-          const int64_t t = t0 + s;
-          const int64_t j0 = bounds[u], n = bounds[u + 1] - j0;
-          A* rec_u = rec + B * packing.col0(u);
-          products.Recur(u, t, rec_u);
-          const T* cs_prev = t == 0 ? in.cs_prev : out.cs + (t - 1) * step;
-          ForwardUnits<T, A, MathFor<T>, decltype(peephole)::value, decltype(clip)::value>(
-              B, j0, j0 + n, H, blk, params.forget_bias, params.cell_clip, xw.Row(s * B), rec_u,
-              packing.gate_cols(u), bias, cs_prev, peep, AtStep(out, t, step),
-              products.StateOut(t));
-        });
-      }
-    });
-    return true;
+  });
+  return true;
 }
 
 template <typename T>
@@ -465,179 +467,179 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims,
                   const LstmActivations<const T*>& act,
                   const LstmActivations<const T*>& out_grads, const LstmInputGrads<T>& grads,
                   const ReusableGates<T>* reuse) {
-    using A = AccFor<T>;
-    const int64_t B = dims.batch, I = dims.input, H = dims.cell, G = 4 * H, L = seq_len_max;
-    const int64_t step = B * H;
-    const bool nothing_ran = L == 0 || step == 0;
+  using A = AccFor<T>;
+  const int64_t B = dims.batch, I = dims.input, H = dims.cell, G = 4 * H, L = seq_len_max;
+  const int64_t step = B * H;
+  const bool nothing_ran = L == 0 || step == 0;
 
-    if (!scratch.counting()) {
-      // Steps at or past seq_len_max do not influence the outputs: their x_grad is zero.
-      Fill(d, grads.x + L * B * I, (dims.time - L) * B * I, T(0));
-      if (nothing_ran || !attrs.use_peephole) {  // no peepholes, or no steps: zero gradients
-        for (T* p : {grads.wci, grads.wcf, grads.wco}) Fill(d, p, H, T(0));
-      }
-      if (nothing_ran) {
-        // Nothing ran (or nothing has size): every remaining gradient is zero.
-        Fill(d, grads.x, L * B * I, T(0));
-        for (T* p : {grads.cs_prev, grads.h_prev}) Fill(d, p, step, T(0));
-        Fill(d, grads.w, (I + H) * G, T(0));
-        Fill(d, grads.b, G, T(0));
-      }
+  if (!scratch.counting()) {
+    // Steps at or past seq_len_max do not influence the outputs: their x_grad is zero.
+    Fill(d, grads.x + L * B * I, (dims.time - L) * B * I, T(0));
+    if (nothing_ran || !attrs.use_peephole) {  // no peepholes, or no steps: zero gradients
+      for (T* p : {grads.wci, grads.wcf, grads.wco}) Fill(d, p, H, T(0));
     }
-    if (nothing_ran) return true;
-
-    // W in A (the buffer itself for float and double); the bf16 dot products read Wx as stored,
-    // so then only Wh's rows are converted (for the recurrent dh, which stays in float).
-    const bool bf16_dot = UsesBf16Dot<T>();
-    const int64_t w_row0 = bf16_dot ? I : 0;
-    const A* w = AsAcc<A>(d, scratch, in.w + w_row0 * G, (I + H - w_row0) * G);
-    Peepholes<T, A> peep;
-    peep.Init(d, scratch, attrs, in, H);
-    const A* w_x = bf16_dot ? nullptr : w;
-    const A* w_h = w == nullptr ? nullptr : w + (I - w_row0) * G;
-
-    // x, h_prev and the h sequence in A (the buffers themselves for float and double; not
-    // needed by the bf16 dot products).
-    const A *x = nullptr, *h_prev = nullptr, *h_seq = nullptr;
-    if (!bf16_dot) {
-      x = AsAcc<A>(d, scratch, in.x, L * B * I);
-      h_prev = AsAcc<A>(d, scratch, in.h_prev, step);
-      h_seq = AsAcc<A>(d, scratch, act.h, (L - 1) * step);
+    if (nothing_ran) {
+      // Nothing ran (or nothing has size): every remaining gradient is zero.
+      Fill(d, grads.x, L * B * I, T(0));
+      for (T* p : {grads.cs_prev, grads.h_prev}) Fill(d, p, step, T(0));
+      Fill(d, grads.w, (I + H) * G, T(0));
+      Fill(d, grads.b, G, T(0));
     }
+  }
+  if (nothing_ran) return true;
 
-    // Where the sweep keeps dgates: in place of i, f, ci, o for the whole sequence (float and
-    // double, when the caller hands them over as ReusableGates), or in scratch for one chunk of
-    // steps at a time, with dW, db and the peephole sums accumulating over the chunks.
-    const GateBlocks blk = BlocksOf(attrs.layout);
-    GateMatrix<A*> in_place{};
-    bool whole = false;
-    if constexpr (std::is_same_v<T, A>) {
-      if (reuse != nullptr) {
-        whole = true;
-        in_place.gate[blk.i] = reuse->i;
-        in_place.gate[blk.c] = reuse->ci;
-        in_place.gate[blk.f] = reuse->f;
-        in_place.gate[blk.o] = reuse->o;
-        in_place.ld = H;
+  // W in A (the buffer itself for float and double); the bf16 dot products read Wx as stored,
+  // so then only Wh's rows are converted (for the recurrent dh, which stays in float).
+  const bool bf16_dot = UsesBf16Dot<T>();
+  const int64_t w_row0 = bf16_dot ? I : 0;
+  const A* w = AsAcc<A>(d, scratch, in.w + w_row0 * G, (I + H - w_row0) * G);
+  Peepholes<T, A> peep;
+  peep.Init(d, scratch, attrs, in, H);
+  const A* w_x = bf16_dot ? nullptr : w;
+  const A* w_h = w == nullptr ? nullptr : w + (I - w_row0) * G;
+
+  // x, h_prev and the h sequence in A (the buffers themselves for float and double; not
+  // needed by the bf16 dot products).
+  const A *x = nullptr, *h_prev = nullptr, *h_seq = nullptr;
+  if (!bf16_dot) {
+    x = AsAcc<A>(d, scratch, in.x, L * B * I);
+    h_prev = AsAcc<A>(d, scratch, in.h_prev, step);
+    h_seq = AsAcc<A>(d, scratch, act.h, (L - 1) * step);
+  }
+
+  // Where the sweep keeps dgates: in place of i, f, ci, o for the whole sequence (float and
+  // double, when the caller hands them over as ReusableGates), or in scratch for one chunk of
+  // steps at a time, with dW, db and the peephole sums accumulating over the chunks.
+  const GateBlocks blk = BlocksOf(attrs.layout);
+  GateMatrix<A*> in_place{};
+  bool whole = false;
+  if constexpr (std::is_same_v<T, A>) {
+    if (reuse != nullptr) {
+      whole = true;
+      in_place.gate[blk.i] = reuse->i;
+      in_place.gate[blk.c] = reuse->ci;
+      in_place.gate[blk.f] = reuse->f;
+      in_place.gate[blk.o] = reuse->o;
+      in_place.ld = H;
+    }
+  }
+  const int64_t chunk = whole ? L : StepsPerChunk(B, L);
+  A *dgates_chunk = nullptr, *dx, *dw;
+  if (!whole) dgates_chunk = scratch.Take<A>(chunk * B * G);
+  A* dc = scratch.Take<A>(step);
+  A* dh = scratch.Take<A>(step);
+  A* sums = scratch.Take<A>(G + 3 * H);  // db [G] and the peephole sums [3H]
+  if constexpr (std::is_same_v<T, A>) {
+    dx = grads.x;
+    dw = grads.w;
+  } else {
+    dx = scratch.Take<A>(chunk * B * I);
+    dw = scratch.Take<A>((I + H) * G);
+  }
+  Bf16ChunkProducts bf16_products;
+  if (bf16_dot) bf16_products.Init(d, scratch, dims, chunk * B, Bf16Bits(in.w));
+
+  // The per-step product dh = dgates_{t+1}·Whᵀ wants step t+1's dgates as one [B, 4H] block:
+  // the chunk's own rows, or in place, where the gates are four buffers, one of two
+  // alternating staging blocks. After a whole-sequence sweep the products overwrite all of
+  // w_grad and x_grad's first L·B·I values (its rest is already zero), so until then those
+  // can hold the packed Whᵀ and the staging blocks, where they fit.
+  A* staging = nullptr;
+  if (whole) staging = L * I >= 2 * G ? dx : scratch.Take<A>(2 * B * G);
+  auto step_dgates = [&](int64_t t, int64_t t0) {
+    return whole ? staging + t % 2 * B * G : dgates_chunk + (t - t0) * B * G;
+  };
+  // Slice u's operand of the per-step dh product: its rows of Wh, as Whᵀ [G, n], packed once.
+  const SlicePacking packing(UnitSlices(H, d.numThreads()), G, 1);
+  const std::vector<int64_t>& bounds = packing.bounds();
+  A* wt_packed = dw;
+  if (!whole || packing.size() > (I + H) * G) wt_packed = scratch.Take<A>(packing.size());
+  if (scratch.counting() || !scratch.ok()) return scratch.ok();
+
+  A* db = sums;
+  A* peep_sums = sums + G;  // [3H]: wci, wcf, wco
+  Fill(d, sums, G + 3 * H, A(0));
+  A* dw_h = dw + I * G;
+  packing.Pack(d, H, w_h, 1, G, wt_packed);
+
+  // Reverse sweep, one phase per step: each unit slice first completes its columns of
+  // dh = dgates_{t+1}·Whᵀ (its rows of Wh), then the fused element-wise pass of its units,
+  // which reads only its own columns of dh and dc. Nothing is carried into the last step;
+  // a last phase per chunk completes the dh carried into the next chunk. After each chunk
+  // its whole-chunk products: dx = dgates·Wxᵀ, dWx += xᵀ·dgates, dWh += h_{t-1}ᵀ·dgates,
+  // db += Σ dgates.
+  Fill(d, dc, step, A(0));
+  Fill(d, dh, step, A(0));
+  const bool direct = out_grads.i != nullptr;
+  for (int64_t t1 = L; t1 > 0;) {
+    const int64_t t0 = std::max<int64_t>(0, t1 - chunk), steps = t1 - t0, rows = steps * B;
+    const bool first = t1 == L;  // the first chunk of the sweep writes dW instead of adding
+    const GateMatrix<A*> dgates =
+        whole ? in_place.Row(t0 * B) : GateMatrix<A*>::Interleaved(dgates_chunk, H);
+    // (Phase `steps` only completes dh, which is carried into step t0 - 1.)
+    RunPhases(d, steps + 1, packing.slices(), [&](int64_t phase, int u) {
+      const int64_t t = t1 - 1 - phase, j0 = bounds[u], j1 = bounds[u + 1];
+      if (phase > 0) {
+        gemm::PackedBlock(B, j1 - j0, G, step_dgates(t + 1, t0), G,
+                          packing.slice(wt_packed, u), false, dh + j0, H);
       }
-    }
-    const int64_t chunk = whole ? L : StepsPerChunk(B, L);
-    A *dgates_chunk = nullptr, *dx, *dw;
-    if (!whole) dgates_chunk = scratch.Take<A>(chunk * B * G);
-    A* dc = scratch.Take<A>(step);
-    A* dh = scratch.Take<A>(step);
-    A* sums = scratch.Take<A>(G + 3 * H);  // db [G] and the peephole sums [3H]
-    if constexpr (std::is_same_v<T, A>) {
-      dx = grads.x;
-      dw = grads.w;
+      if (phase == steps) return;
+      const T* cs_prev = t == 0 ? in.cs_prev : act.cs + (t - 1) * step;
+      BackwardUnitsFor<T, A>(attrs, direct, 0, B, j0, j1, H, peep, AtStep(act, t, step),
+                             cs_prev, AtStep(out_grads, t, step), dc, dh,
+                             dgates.Row((t - t0) * B), whole ? step_dgates(t, t0) : nullptr,
+                             dc);
+    });
+    A* dx_rows = std::is_same_v<T, A> ? dx + t0 * B * I : dx;
+    if (bf16_dot) {
+      if constexpr (std::is_same_v<A, float>) {
+        bf16_products.Run(d, t0, rows, dgates_chunk, Bf16Bits(in.x), Bf16Bits(in.h_prev),
+                          Bf16Bits(act.h), first, dx_rows, dw);
+      }
     } else {
-      dx = scratch.Take<A>(chunk * B * I);
-      dw = scratch.Take<A>((I + H) * G);
-    }
-    Bf16ChunkProducts bf16_products;
-    if (bf16_dot) bf16_products.Init(d, scratch, dims, chunk * B, Bf16Bits(in.w));
-
-    // The per-step product dh = dgates_{t+1}·Whᵀ wants step t+1's dgates as one [B, 4H] block:
-    // the chunk's own rows, or in place, where the gates are four buffers, one of two
-    // alternating staging blocks. After a whole-sequence sweep the products overwrite all of
-    // w_grad and x_grad's first L·B·I values (its rest is already zero), so until then those
-    // can hold the packed Whᵀ and the staging blocks, where they fit.
-    A* staging = nullptr;
-    if (whole) staging = L * I >= 2 * G ? dx : scratch.Take<A>(2 * B * G);
-    auto step_dgates = [&](int64_t t, int64_t t0) {
-      return whole ? staging + t % 2 * B * G : dgates_chunk + (t - t0) * B * G;
-    };
-    // Slice u's operand of the per-step dh product: its rows of Wh, as Whᵀ [G, n], packed once.
-    const SlicePacking packing(UnitSlices(H, d.numThreads()), G, 1);
-    const std::vector<int64_t>& bounds = packing.bounds();
-    A* wt_packed = dw;
-    if (!whole || packing.size() > (I + H) * G) wt_packed = scratch.Take<A>(packing.size());
-    if (scratch.counting() || !scratch.ok()) return scratch.ok();
-
-    A* db = sums;
-    A* peep_sums = sums + G;  // [3H]: wci, wcf, wco
-    Fill(d, sums, G + 3 * H, A(0));
-    A* dw_h = dw + I * G;
-    packing.Pack(d, H, w_h, 1, G, wt_packed);
-
-    // Reverse sweep, one phase per step: each unit slice first completes its columns of
-    // dh = dgates_{t+1}·Whᵀ (its rows of Wh), then the fused element-wise pass of its units,
-    // which reads only its own columns of dh and dc. Nothing is carried into the last step;
-    // a last phase per chunk completes the dh carried into the next chunk. After each chunk
-    // its whole-chunk products: dx = dgates·Wxᵀ, dWx += xᵀ·dgates, dWh += h_{t-1}ᵀ·dgates,
-    // db += Σ dgates.
-    Fill(d, dc, step, A(0));
-    Fill(d, dh, step, A(0));
-    const bool direct = out_grads.i != nullptr;
-    for (int64_t t1 = L; t1 > 0;) {
-      const int64_t t0 = std::max<int64_t>(0, t1 - chunk), steps = t1 - t0, rows = steps * B;
-      const bool first = t1 == L;  // the first chunk of the sweep writes dW instead of adding
-      const GateMatrix<A*> dgates =
-          whole ? in_place.Row(t0 * B) : GateMatrix<A*>::Interleaved(dgates_chunk, H);
-      // (Phase `steps` only completes dh, which is carried into step t0 - 1.)
-      RunPhases(d, steps + 1, packing.slices(), [&](int64_t phase, int u) {
-        const int64_t t = t1 - 1 - phase, j0 = bounds[u], j1 = bounds[u + 1];
-        if (phase > 0) {
-          gemm::PackedBlock(B, j1 - j0, G, step_dgates(t + 1, t0), G,
-                            packing.slice(wt_packed, u), false, dh + j0, H);
-        }
-        if (phase == steps) return;
-        const T* cs_prev = t == 0 ? in.cs_prev : act.cs + (t - 1) * step;
-        BackwardUnitsFor<T, A>(attrs, direct, 0, B, j0, j1, H, peep, AtStep(act, t, step),
-                               cs_prev, AtStep(out_grads, t, step), dc, dh,
-                               dgates.Row((t - t0) * B), whole ? step_dgates(t, t0) : nullptr,
-                               dc);
-      });
-      A* dx_rows = std::is_same_v<T, A> ? dx + t0 * B * I : dx;
-      if (bf16_dot) {
-        if constexpr (std::is_same_v<A, float>) {
-          bf16_products.Run(d, t0, rows, dgates_chunk, Bf16Bits(in.x), Bf16Bits(in.h_prev),
-                            Bf16Bits(act.h), first, dx_rows, dw);
-        }
-      } else {
-        ForGateBlocks(dgates, H, [&](const A* dk, int64_t col0, int64_t width) {
-          const int64_t ld = dgates.ld;
-          Gemm(d, false, true, rows, I, width, dk, ld, w_x + col0, G, col0 > 0, dx_rows, I);
-          Gemm(d, true, false, I, width, rows, x + t0 * B * I, I, dk, ld, !first, dw + col0, G,
-               gemm::Sum::kLong);
-          // The states the chunk's steps started from: h_{t0-1}.. (contiguous), or for the
-          // chunk that starts at step 0, h_prev and then h_0..
-          if (t0 > 0) {
-            Gemm(d, true, false, H, width, rows, h_seq + (t0 - 1) * step, H, dk, ld, !first,
-                 dw_h + col0, G, gemm::Sum::kLong);
-          } else {
-            Gemm(d, true, false, H, width, B, h_prev, H, dk, ld, !first, dw_h + col0, G);
-            Gemm(d, true, false, H, width, rows - B, h_seq, H, dk + B * ld, ld, true,
-                 dw_h + col0, G, gemm::Sum::kLong);
-          }
-        });
-      }
-      if constexpr (!std::is_same_v<T, A>) Convert(d, dx, grads.x + t0 * B * I, rows * I);
       ForGateBlocks(dgates, H, [&](const A* dk, int64_t col0, int64_t width) {
-        ReduceRows<A>(d, rows, width, [&](int64_t r, int64_t j) { return dk[r * dgates.ld + j]; },
-                      db + col0, /*accumulate=*/true);
+        const int64_t ld = dgates.ld;
+        Gemm(d, false, true, rows, I, width, dk, ld, w_x + col0, G, col0 > 0, dx_rows, I);
+        Gemm(d, true, false, I, width, rows, x + t0 * B * I, I, dk, ld, !first, dw + col0, G,
+             gemm::Sum::kLong);
+        // The states the chunk's steps started from: h_{t0-1}.. (contiguous), or for the
+        // chunk that starts at step 0, h_prev and then h_0..
+        if (t0 > 0) {
+          Gemm(d, true, false, H, width, rows, h_seq + (t0 - 1) * step, H, dk, ld, !first,
+               dw_h + col0, G, gemm::Sum::kLong);
+        } else {
+          Gemm(d, true, false, H, width, B, h_prev, H, dk, ld, !first, dw_h + col0, G);
+          Gemm(d, true, false, H, width, rows - B, h_seq, H, dk + B * ld, ld, true,
+               dw_h + col0, G, gemm::Sum::kLong);
+        }
       });
-      if (attrs.use_peephole) {
-        // dgates row r is step t0 + r / B, whose cs_prev is (t == 0 ? cs_prev : cs[t-1]).
-        auto cs_prev_of = [&](int64_t r) {
-          const int64_t k = t0 * B + r;
-          return k < B ? in.cs_prev + k * H : act.cs + (k - B) * H;
-        };
-        auto cs_of = [&](int64_t r) { return act.cs + (t0 * B + r) * H; };
-        AddPeepholeGrads<T, A>(d, attrs, rows, H, dgates, cs_prev_of, cs_of, peep_sums);
-      }
-      t1 = t0;
     }
-    Convert(d, dc, grads.cs_prev, step);
-    Convert(d, dh, grads.h_prev, step);
-    if constexpr (!std::is_same_v<T, A>) Convert(d, dw, grads.w, (I + H) * G);
-    Convert(d, db, grads.b, G);
+    if constexpr (!std::is_same_v<T, A>) Convert(d, dx, grads.x + t0 * B * I, rows * I);
+    ForGateBlocks(dgates, H, [&](const A* dk, int64_t col0, int64_t width) {
+      ReduceRows<A>(d, rows, width, [&](int64_t r, int64_t j) { return dk[r * dgates.ld + j]; },
+                    db + col0, /*accumulate=*/true);
+    });
     if (attrs.use_peephole) {
-      Convert(d, peep_sums, grads.wci, H);
-      Convert(d, peep_sums + H, grads.wcf, H);
-      Convert(d, peep_sums + 2 * H, grads.wco, H);
+      // dgates row r is step t0 + r / B, whose cs_prev is (t == 0 ? cs_prev : cs[t-1]).
+      auto cs_prev_of = [&](int64_t r) {
+        const int64_t k = t0 * B + r;
+        return k < B ? in.cs_prev + k * H : act.cs + (k - B) * H;
+      };
+      auto cs_of = [&](int64_t r) { return act.cs + (t0 * B + r) * H; };
+      AddPeepholeGrads<T, A>(d, attrs, rows, H, dgates, cs_prev_of, cs_of, peep_sums);
     }
-    return true;
+    t1 = t0;
+  }
+  Convert(d, dc, grads.cs_prev, step);
+  Convert(d, dh, grads.h_prev, step);
+  if constexpr (!std::is_same_v<T, A>) Convert(d, dw, grads.w, (I + H) * G);
+  Convert(d, db, grads.b, G);
+  if (attrs.use_peephole) {
+    Convert(d, peep_sums, grads.wci, H);
+    Convert(d, peep_sums + H, grads.wcf, H);
+    Convert(d, peep_sums + 2 * H, grads.wco, H);
+  }
+  return true;
 }
 
 template <typename T>
@@ -646,40 +648,40 @@ bool CellBackwardWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims
                       const LstmActivations<const T*>& act,
                       const LstmActivations<const T*>& out_grads, T* cs_prev_grad, T* dgates_out,
                       T* wci_grad, T* wcf_grad, T* wco_grad) {
-    using A = AccFor<T>;
-    const int64_t B = dims.batch, H = dims.cell, step = B * H;
-    if (step == 0) {
-      if (attrs.use_peephole && !scratch.counting()) {
-        for (T* p : {wci_grad, wcf_grad, wco_grad}) Fill(d, p, H, T(0));
-      }
-      return true;
-    }
-    Peepholes<T, A> peep;
-    peep.Init(d, scratch, attrs, in, H);
-    A* dgates = scratch.Take<A>(4 * step);
-    A* dc = scratch.Take<A>(step);
-    A* zeros = scratch.Take<A>(step);
-    A* sums = attrs.use_peephole ? scratch.Take<A>(3 * H) : nullptr;  // [3H]: wci, wcf, wco
-    if (scratch.counting() || !scratch.ok()) return scratch.ok();
-    Fill(d, zeros, step, A(0));
-    ParallelFor(d, B, H * 10 * sizeof(T), H * 20.0, [&](int64_t begin, int64_t end) {
-      BackwardUnitsFor<T, A>(attrs, out_grads.i != nullptr, begin, end, 0, H, H, peep, act,
-                             in.cs_prev, out_grads, zeros, zeros,
-                             GateMatrix<A*>::Interleaved(dgates, H), nullptr, dc);
-    });
-    Convert(d, dgates, dgates_out, 4 * step);
-    Convert(d, dc, cs_prev_grad, step);
-    if (attrs.use_peephole) {
-      Fill(d, sums, 3 * H, A(0));
-      auto cs_prev_of = [&](int64_t r) { return in.cs_prev + r * H; };
-      auto cs_of = [&](int64_t r) { return act.cs + r * H; };
-      AddPeepholeGrads<T, A>(d, attrs, B, H, GateMatrix<const A*>::Interleaved(dgates, H),
-                             cs_prev_of, cs_of, sums);
-      Convert(d, sums, wci_grad, H);
-      Convert(d, sums + H, wcf_grad, H);
-      Convert(d, sums + 2 * H, wco_grad, H);
+  using A = AccFor<T>;
+  const int64_t B = dims.batch, H = dims.cell, step = B * H;
+  if (step == 0) {
+    if (attrs.use_peephole && !scratch.counting()) {
+      for (T* p : {wci_grad, wcf_grad, wco_grad}) Fill(d, p, H, T(0));
     }
     return true;
+  }
+  Peepholes<T, A> peep;
+  peep.Init(d, scratch, attrs, in, H);
+  A* dgates = scratch.Take<A>(4 * step);
+  A* dc = scratch.Take<A>(step);
+  A* zeros = scratch.Take<A>(step);
+  A* sums = attrs.use_peephole ? scratch.Take<A>(3 * H) : nullptr;  // [3H]: wci, wcf, wco
+  if (scratch.counting() || !scratch.ok()) return scratch.ok();
+  Fill(d, zeros, step, A(0));
+  ParallelFor(d, B, H * 10 * sizeof(T), H * 20.0, [&](int64_t begin, int64_t end) {
+    BackwardUnitsFor<T, A>(attrs, out_grads.i != nullptr, begin, end, 0, H, H, peep, act,
+                           in.cs_prev, out_grads, zeros, zeros,
+                           GateMatrix<A*>::Interleaved(dgates, H), nullptr, dc);
+  });
+  Convert(d, dgates, dgates_out, 4 * step);
+  Convert(d, dc, cs_prev_grad, step);
+  if (attrs.use_peephole) {
+    Fill(d, sums, 3 * H, A(0));
+    auto cs_prev_of = [&](int64_t r) { return in.cs_prev + r * H; };
+    auto cs_of = [&](int64_t r) { return act.cs + r * H; };
+    AddPeepholeGrads<T, A>(d, attrs, B, H, GateMatrix<const A*>::Interleaved(dgates, H),
+                           cs_prev_of, cs_of, sums);
+    Convert(d, sums, wci_grad, H);
+    Convert(d, sums + H, wcf_grad, H);
+    Convert(d, sums + 2 * H, wco_grad, H);
+  }
+  return true;
 }
 
 }  // namespace
