@@ -16,6 +16,7 @@ def engine_family(family):
     """One op family's engines, in cc/<family>/, framework-free, each with a scratch-size query
     and a run on caller-owned memory:
       :cpu_engine     cpu_engine.{h,cc} on the CPU runtime (Eigen, cc/cpu)
+      :gpu_api        gpu_launchers.h, the family's part of the launcher API
       :gpu_engine     gpu_engine.h on the GPU runtime (cc/gpu)
       :gpu_launchers  <family>_launchers.cu.cc compiled by nvcc (only with CUDA)
     """
@@ -30,9 +31,17 @@ def engine_family(family):
         ],
     )
     native.cc_library(
+        name = "gpu_api",
+        hdrs = ["gpu_launchers.h"],
+        deps = ["//cc/gpu:launchers"],
+    )
+    native.cc_library(
         name = "gpu_engine",
         hdrs = ["gpu_engine.h"],
-        deps = ["//cc/gpu:runtime"],
+        deps = [
+            ":gpu_api",
+            "//cc/gpu:runtime",
+        ],
     )
     cuda_objects(
         name = "gpu_launcher_objs",

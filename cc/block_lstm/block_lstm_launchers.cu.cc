@@ -3,7 +3,7 @@
 // call) and returns its error.
 #include "cc/gpu/backend_cuda.cuh"
 #include "cc/block_lstm/gpu_engine.h"
-#include "cc/gpu/launchers.h"
+#include "cc/block_lstm/gpu_launchers.h"
 
 namespace tf_lstm_ops {
 namespace gpu {

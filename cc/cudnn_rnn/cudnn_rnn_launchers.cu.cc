@@ -1,7 +1,7 @@
 // The launcher API's CudnnRNN section (cc/gpu/rnn_gpu.h): RnnEngine on a CudaBackend.
 #include "cc/gpu/backend_cuda.cuh"
 #include "cc/cudnn_rnn/gpu_engine.h"
-#include "cc/gpu/launchers.h"
+#include "cc/cudnn_rnn/gpu_launchers.h"
 
 namespace tf_lstm_ops {
 namespace gpu {

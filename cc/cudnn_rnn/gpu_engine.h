@@ -33,7 +33,7 @@
 #include <type_traits>
 
 #include "cc/gpu/common.h"
-#include "cc/gpu/launchers.h"
+#include "cc/cudnn_rnn/gpu_launchers.h"
 #include "cc/core/cudnn_rnn_types.h"
 #include "cc/core/cudnn_rnn_cells.h"
 

@@ -20,7 +20,7 @@
 
 #include "cc/gpu/backend_host.h"
 #include "cc/block_lstm/gpu_engine.h"
-#include "cc/gpu/launchers.h"
+#include "cc/block_lstm/gpu_launchers.h"
 #include "tools/gpu_selftest/bindings.h"
 
 namespace py = pybind11;

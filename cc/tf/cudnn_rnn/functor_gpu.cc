@@ -3,7 +3,7 @@
 // (training) or the inference workspace is allocated by the kernel; the engine writes its header.
 #define EIGEN_USE_THREADS
 
-#include "cc/gpu/launchers.h"
+#include "cc/cudnn_rnn/gpu_launchers.h"
 #include "cc/tf/cudnn_rnn/functor.h"
 #include "cc/tf/device.h"
 #include "cc/tf/gpu_util.h"
