@@ -9,7 +9,7 @@
 //  - takes all its temporary memory from `scratch`, at least the matching *ScratchBytes() bytes
 //    (any alignment) that the caller owns for the call; false only when it is smaller (then the
 //    outputs are not written);
-//  - expects validated sizes and non-aliased buffers (the binding validates: docs/validation.md).
+//  - expects validated sizes and non-aliased buffers (the binding validates: docs/validation.md §3).
 // Semantics: docs/block_lstm.md.
 #ifndef TF_LSTM_OPS_CC_BLOCK_LSTM_CPU_ENGINE_H_
 #define TF_LSTM_OPS_CC_BLOCK_LSTM_CPU_ENGINE_H_

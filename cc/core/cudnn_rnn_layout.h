@@ -1,4 +1,4 @@
-// The cuDNN RNN model description and its opaque parameter buffer layout (spec §5.2): the one
+// The cuDNN RNN model description and its opaque parameter buffer layout (docs/cudnn_rnn.md §6.2): the one
 // place that knows where each matrix and bias of each pseudo-layer lives. Framework-free.
 //
 //   params = [ M_0 | M_1 | ... | M_{LD-1} | Bias_0 | ... | Bias_{LD-1} ]
@@ -73,7 +73,7 @@ inline PseudoLayerRegions RegionsOf(const RnnModel& m, int64_t p) {
   return r;
 }
 
-// ParamsSize (spec §5.3), or -1 when it overflows int64 (or a size is negative), in closed form:
+// ParamsSize (docs/cudnn_rnn.md §6.3), or -1 when it overflows int64 (or a size is negative), in closed form:
 // D·(layer 0's block) + D·(L - 1)·(a later layer's block), each block its matrices and biases.
 inline int64_t CheckedParamsSize(const RnnModel& m) {
   if (m.num_layers < 1 || m.num_units < 0 || m.input_size < 0 || m.num_proj < 0 ||

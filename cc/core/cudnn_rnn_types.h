@@ -14,7 +14,7 @@
 namespace tf_lstm_ops {
 
 // One run's sizes: T, B and the memory order of input/output ([T,B,.] or [B,T,.]). The state
-// tensors are always read as [L*D, B, n] (TF's reinterpretation for batch-major; spec §2).
+// tensors are always read as [L*D, B, n] (TF's reinterpretation for batch-major; docs/cudnn_rnn.md §3).
 struct RnnRun {
   int64_t time, batch;
   bool time_major;
@@ -59,7 +59,7 @@ TF_LSTM_HOST_DEVICE inline bool DropoutDrops(uint64_t stream, int64_t k, float r
 // Saved gate activations per element: LSTM i, f, c~, o; GRU r, u, h~, R_h h + b_Rh.
 constexpr int kSavedGates = 4;
 
-// The reserve space is our own format (spec §6 allows it: only our Backprop reads it): a
+// The reserve space is our own format (docs/cudnn_rnn.md §7.3: only our Backprop reads it): a
 // header, then in the compute type, per pseudo-layer the per-step states h [T,B,Hr], c [T,B,H]
 // (LSTM) and gate activations [T,B,4H] (LSTM: i, f, c~, o; GRU: r, u, h~, R_h h + b_Rh), then
 // per layer l >= 1 its (dropped-out) input [T,B,D*Hr] and, with dropout, the mask scale.

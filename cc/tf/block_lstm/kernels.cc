@@ -5,7 +5,7 @@
 
 #include "cc/tf/device.h"
 #include "cc/tf/block_lstm/functor.h"
-#include "cc/tf/validation.h"
+#include "cc/tf/block_lstm/validation.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/register_types.h"
 #include "tensorflow/core/framework/tensor.h"
