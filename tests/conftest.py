@@ -107,7 +107,7 @@ def rng(request):
 
 @pytest.fixture(scope="session")
 def nvcc():
-    """nvcc's path (cc/gpu/selftest/build.py); skips the test when it is missing: the only reason
+    """nvcc's path (tools/gpu_selftest/build.py); skips the test when it is missing: the only reason
     to skip the self-test module's tests, without nvcc nothing can be built."""
     from tools.gpu_selftest import build  # pytest.ini puts the repo on sys.path
 
@@ -119,7 +119,7 @@ def nvcc():
 
 @pytest.fixture(scope="session")
 def selftest_module(nvcc):
-    """The GPU self-test module (cc/gpu/selftest), built with nvcc for sm_80 and loaded once per
+    """The GPU self-test module (tools/gpu_selftest), built with nvcc for sm_80 and loaded once per
     session; shared by tests/test_gpu_lstm_engine.py and tests/test_gpu_rnn_engine.py."""
     from tools.gpu_selftest import build
 

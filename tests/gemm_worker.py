@@ -159,9 +159,9 @@ def main():
     print("ISA %s" % cpu_isa(), flush=True)
     check_bf16_conversions(np.random.default_rng(3))
     rng = np.random.default_rng(7)
-    # Edges of the register tiles (6 rows, 16-lane vectors, 4 of them), the few-rows path (m <
-    # 12), the 256-deep slabs, the 384-row blocks, and both sums (gemm::Sum), the 2^27 multiply-add limit beyond which
-    # Eigen runs (both sides of it below).
+    # Edges of the register tiles (6 rows, 16-lane vectors, 4 of them), the few-rows path (m < 12),
+    # the 256-deep slabs, the 384-row blocks, and both sums (gemm::Sum), the 2^27 multiply-add limit
+    # beyond which Eigen runs (both sides of it below).
     ms, ns, ks = [1, 5, 6, 7, 11, 12, 13, 64, 385], [1, 15, 16, 17, 63, 64, 65, 130], [1, 3, 255,
                                                                                       256, 257, 600]
     for dtype in (np.float32, np.float64):

@@ -1,5 +1,5 @@
 """Grad ops (raw.LSTMBlockCellGrad, raw.BlockLSTMGrad, raw.BlockLSTMGradV2) against the float64
-reference and against tf.raw_ops (whose grad ops are correct, spec §7)."""
+reference and against tf.raw_ops (whose grad ops are correct, docs/block_lstm.md §9.1)."""
 
 import numpy as np
 import pytest
@@ -104,8 +104,8 @@ def test_sequence_grad_vs_tf(raw, rng, dtype, layout, cfg, T, B, I, H, L):
 @pytest.mark.parametrize("use_peephole", [False, True])
 @pytest.mark.parametrize("dtype", ["float32", "half"])
 def test_sequence_grad_ignores_steps_past_seq_len_max(raw, rng, layout, use_peephole, dtype):
-    """Activations and cs_grad/h_grad at t >= L are never read (spec §6.2): TF's forward leaves
-    NaN-able garbage there, so NaN must not leak into any gradient."""
+    """Activations and cs_grad/h_grad at t >= L are never read (docs/block_lstm.md §6.4): TF's
+    forward leaves NaN-able garbage there, so NaN must not leak into any gradient."""
     T, B, I, H, L = 6, 3, 2, 4, 3
     case = seq_case(rng, T, B, I, H, L, dtype, layout, use_peephole, 1.0, 0.0, garbage=False)
     clean = run_seq_grad(raw, layout, case, dtype, L, use_peephole)
@@ -121,7 +121,7 @@ def test_sequence_grad_ignores_steps_past_seq_len_max(raw, rng, layout, use_peep
 
 @pytest.mark.parametrize("layout", ["ICFO", "IFCO"])
 def test_sequence_grad_does_not_read_last_h(raw, rng, layout):
-    """h[L-1] is never read by the backward pass (spec §6.2)."""
+    """h[L-1] is never read by the backward pass (docs/block_lstm.md §6.4)."""
     T, B, I, H, L = 4, 2, 3, 3, 4
     case = seq_case(rng, T, B, I, H, L, "float32", layout, True, 1.0, 0.0)
     clean = run_seq_grad(raw, layout, case, "float32", L, True)
@@ -249,7 +249,7 @@ def test_cell_grad_vs_tf(raw, rng, dtype, cfg, B, I, H):
 @pytest.mark.parametrize("use_peephole", [False, True])
 @pytest.mark.parametrize("B,I,H", [(3, 2, 5), (1, 4, 2)])
 def test_cell_grad_composes_to_block_grad_with_one_step(raw, rng, use_peephole, B, I, H):
-    """LSTMBlockCellGrad + the §6.3 matmuls == BlockLSTMGrad with T = 1."""
+    """LSTMBlockCellGrad + the docs/block_lstm.md §6.3 matmuls == BlockLSTMGrad with T = 1."""
     case = cell_case(rng, B, I, H, "float32", use_peephole, 1.0, 0.0)
     cell = to_numpy(raw.LSTMBlockCellGrad(**tf_inputs(case, "float32"),
                                           use_peephole=use_peephole))
@@ -289,7 +289,8 @@ def test_cell_grad_eager_or_function(raw, rng, eager_or_function):
 
 
 def test_cell_grad_does_not_modify_inputs(raw, rng):
-    """TF may write cs_prev_grad into cs_grad and wc*_grad into wc* (spec §9); ours must not."""
+    """TF may write cs_prev_grad into cs_grad and wc*_grad into wc* (docs/block_lstm.md §9.1); ours
+    must not."""
     case = cell_case(rng, 2, 3, 4, "float32", True)
     inputs = tf_inputs(case, "float32")
     before = {k: v.numpy().copy() for k, v in inputs.items()}

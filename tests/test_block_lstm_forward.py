@@ -120,7 +120,8 @@ def test_v2_is_v1_with_permuted_weights_and_zero_forget_bias(raw, rng, T, B, I, 
 @pytest.mark.parametrize("op", ["BlockLSTM", "BlockLSTMV2"])
 @pytest.mark.parametrize("dtype", ["float32", "half"])
 def test_sequence_equals_loop_of_cells(raw, rng, op, dtype):
-    """BlockLSTM is exactly a loop of LSTMBlockCell (spec §5); V2 via the layout permutation."""
+    """BlockLSTM is exactly a loop of LSTMBlockCell (docs/block_lstm.md §5); V2 via the layout
+    permutation."""
     T, B, I, H, L = 5, 3, 4, 6, 4
     p = random_params(rng, B, I, H, dtype, T=T)
     kwargs, eff = attrs_for(op, dict(use_peephole=True, cell_clip=0.8))
@@ -168,7 +169,7 @@ def test_sequence_in_function_with_dynamic_seq_len_max(raw, rng):
 @pytest.mark.parametrize("op", ["BlockLSTM", "BlockLSTMV2"])
 @pytest.mark.parametrize("dtype", ["float32", "float64", "half"])
 def test_unused_peepholes_are_not_read(raw, rng, op, dtype):
-    """use_peephole=False: NaN/Inf in wci/wcf/wco have no effect (spec §4)."""
+    """use_peephole=False: NaN/Inf in wci/wcf/wco have no effect (docs/block_lstm.md §4.3)."""
     T, B, I, H, L = 4, 2, 3, 5, 3
     p = random_params(rng, B, I, H, dtype, T=T)
     kwargs, eff = attrs_for(op, dict(use_peephole=False))
@@ -279,7 +280,8 @@ def test_cell_unused_peepholes_are_not_read(raw, rng, dtype):
 
 
 def test_cell_does_not_modify_inputs(raw, rng):
-    """TF may forward h_prev/cs_prev buffers into outputs (spec §9); ours must not alias."""
+    """TF may forward h_prev/cs_prev buffers into outputs (docs/block_lstm.md §9.1); ours must not
+    alias."""
     p = random_params(rng, 2, 3, 4, "float32")
     inputs = tf_inputs(p, "float32")
     before = {k: v.numpy().copy() for k, v in inputs.items()}
@@ -310,8 +312,8 @@ def assert_rounded_once(actual, exact, dtype, name, ulps=0.5):
         name, np.sum(bad), ulps, np.max(err / half_ulp(exact, dtype)))
 
 
-# forget_bias / cell_clip are converted to the op's dtype (spec §4); use values exactly
-# representable in half and bfloat16 so that the conversion cannot matter here.
+# cell_clip is rounded to the op's dtype, forget_bias is not (docs/block_lstm.md §4.4, §4.5); use
+# values exactly representable in half and bfloat16 so that the conversion cannot matter here.
 EXACT_V1_ATTRS = [
     dict(use_peephole=None, cell_clip=None, forget_bias=None),
     dict(use_peephole=True, cell_clip=0.75, forget_bias=-0.625),
@@ -334,8 +336,8 @@ ROUNDED_ULPS = dict(i=0.5, cs=0.5, f=0.5, o=0.5, ci=0.5, co=0.5, h=1.5)
 @pytest.mark.parametrize("attrs", EXACT_V1_ATTRS)
 @pytest.mark.parametrize("B,I,H", CELL_SHAPES, ids=CELL_SHAPE_IDS)
 def test_cell_low_precision_is_rounded_once(raw, rng, dtype, attrs, B, I, H):
-    """TF rounds after every operation (many ulp off, spec §9); ours computes in float32 and
-    rounds each output once."""
+    """TF rounds after every operation (many ulp off, docs/block_lstm.md §8.6); ours computes in
+    float32 and rounds each output once."""
     p = random_params(rng, B, I, H, dtype)
     kwargs, eff = attrs_for("LSTMBlockCell", attrs)
     out = to_numpy(raw.LSTMBlockCell(**tf_inputs(p, dtype), **kwargs))

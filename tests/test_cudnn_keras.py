@@ -1,6 +1,6 @@
-"""Keras 3 compatibility (spec 5.5): Keras LSTM and GRU(reset_after=True) CPU layers, with their
-weights converted to cuDNN params, give the same numbers as CudnnRNNV3 on CPU (our raw op and
-tf.raw_ops.CudnnRNNV3), with and without masks. And Keras's own cuDNN code path (normally taken
+"""Keras 3 compatibility (docs/cudnn_rnn.md §6.5): Keras LSTM and GRU(reset_after=True) CPU layers,
+with their weights converted to cuDNN params, give the same numbers as CudnnRNNV3 on CPU (our raw op
+and tf.raw_ops.CudnnRNNV3), with and without masks. And Keras's own cuDNN code path (normally taken
 only with a GPU) runs on CPU through the plugin and agrees with Keras's CPU path, forward and
 backward."""
 

@@ -1,5 +1,5 @@
 """CudnnRNNParamsSize, ParamsToCanonical(V2) and CanonicalToParams(V2) on CPU, through
-tf_lstm_ops.raw.* and tf.raw_ops.*, against the reference layout (spec 5)."""
+tf_lstm_ops.raw.* and tf.raw_ops.*, against the reference layout (docs/cudnn_rnn.md §6)."""
 
 
 import numpy as np
@@ -174,7 +174,7 @@ def test_round_trip_low_precision(rng, dtype, where):
 @pytest.mark.parametrize("where", WHERE)
 def test_v2_without_projection_uses_its_own_counts(rng, where):
     """TF's V2 kernel overwrites its counts with the V1 attr when num_proj == 0 (always fails);
-    ours uses num_params_weights / num_params_biases (spec 5.4)."""
+    ours uses num_params_weights / num_params_biases (docs/cudnn_rnn.md §6.4)."""
     cfg = R.Cfg("gru", 2, 3, 2, "bidirectional")
     params = rng.uniform(-1, 1, R.cfg_params_size(cfg))
     out = to_canonical(where, cfg, params, "float64", 2)

@@ -1,8 +1,8 @@
-"""Validation of the float64 CudnnRNN reference (tests/cudnn_reference.py) itself:
+"""Validation of the float64 CudnnRNN reference (tools/references/cudnn_rnn.py) itself:
 (a) its backward against central finite differences of its forward;
-(b) its forward against Keras 3 CPU LSTM / GRU(reset_after=True) layers through the weight
-    mappings of spec 5.5 (single layer, bidirectional and stacked, with and without masks);
-(c) ParamsSize examples of spec 5.3;
+(b) its forward against Keras 3 CPU LSTM / GRU(reset_after=True) layers through the weight mappings
+    of docs/cudnn_rnn.md §6.5 (single layer, bidirectional and stacked, with and without masks);
+(c) ParamsSize examples of docs/cudnn_rnn.md §6.3;
 (d) PyTorch CPU RNNs, when torch is importable (it usually is not: those tests skip).
 None of this needs the plugin."""
 
@@ -204,7 +204,8 @@ def test_skip_input_equals_identity_input_weights(rng, mode):
 
 
 def test_cell_equations_one_step_by_hand(rng):
-    """One step of each mode from the spec's equations, written out independently."""
+    """One step of each mode from the equations of docs/cudnn_rnn.md §4, written out
+    independently."""
     sig = lambda z: 1 / (1 + np.exp(-z))  # noqa: E731
     H, I, B = 2, 3, 2
     x, h, c = rng.uniform(-1, 1, (B, I)), rng.uniform(-1, 1, (B, H)), rng.uniform(-1, 1, (B, H))
@@ -319,7 +320,7 @@ def test_forward_matches_keras_single_layer(rng, keras, mode, masked):
     got = [np.asarray(a) for a in layer(x, initial_state=init, mask=mask if masked else None)]
     cfg = R.Cfg(mode, 1, H, I)
     params = R.keras_to_params(cfg, [ws])
-    # Keras inserts the state axis at axis 1 for batch-major input (spec 5.5)
+    # Keras inserts the state axis at axis 1 for batch-major input (docs/cudnn_rnn.md §6.5)
     ref = R.forward(cfg, x, h0[:, None], c0[:, None] if mode == "lstm" else None, params,
                     seq_lengths=lens if masked else None, time_major=False)
     np.testing.assert_allclose(ref["output"] * mask[..., None], got[0] * mask[..., None],

@@ -1,5 +1,5 @@
 """CudnnRNN / V2 / V3 and their Backprop ops on CPU against the float64 reference
-(tests/cudnn_reference.py): through tf_lstm_ops.raw.* and through TF's own tf.raw_ops.* (whose
+(tools/references/cudnn_rnn.py): through tf_lstm_ops.raw.* and through TF's own tf.raw_ops.* (whose
 CPU kernels the plugin provides), plus tape gradients, tf.test.compute_gradient, signatures and
 dropout."""
 
@@ -189,9 +189,9 @@ def test_v3_forward_and_backprop_match_reference(rng, dtype, mode, direction, pr
 @pytest.mark.parametrize("where", WHERE)
 @pytest.mark.parametrize("mode", ["lstm", "gru"])
 def test_batch_major_states_are_reinterpreted_not_transposed(rng, where, mode):
-    """time_major=False labels the states [B, L*D, n] but reads/writes their memory as
-    [L*D, B, n] (TF's quirk, spec 2): a batch-major call whose states hold the time-major
-    state memory equals the time-major call, with no transposition."""
+    """time_major=False labels the states [B, L*D, n] but reads/writes their memory as [L*D, B, n]
+    (TF's quirk, docs/cudnn_rnn.md §3): a batch-major call whose states hold the time-major state
+    memory equals the time-major call, with no transposition."""
     cfg = R.Cfg(mode, 2, 3, 2, "bidirectional")
     T, B = 3, 2
     inp, cot = make_case(rng, cfg, T, B, "float64")

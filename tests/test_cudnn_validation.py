@@ -1,5 +1,5 @@
 """Bad inputs to the CudnnRNN family are rejected with an InvalidArgumentError that names the
-offending argument (spec 7, validation.md), eagerly and inside a tf.function whose input
+offending argument (docs/validation.md §4, §5), eagerly and inside a tf.function whose input
 signature has unknown shapes (so the kernel itself, not a shape function, does the checking);
 and empty inputs (T = 0, B = 0, H = 0, I = 0) never crash."""
 

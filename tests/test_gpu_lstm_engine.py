@@ -1,10 +1,10 @@
-"""The framework-free GPU engine of the LSTM block ops (cc/gpu/lstm_engine.h) without a GPU.
+"""The framework-free GPU engine of the LSTM block ops (cc/block_lstm/gpu_engine.h) without a GPU.
 
-The self-test module (cc/gpu/selftest, built with nvcc by build.py; no TensorFlow, no Bazel)
-runs the engine with HostBackend: the same element-wise functors, step order, GEMM transposes
-and scratch carving as on the device, executed on the CPU. Every op is compared with the float64
-reference (tests/reference.py) at the CPU kernels' tolerances, for every storage type, through
-cc/gpu/selftest/lstm_checks.py, the checks a GPU self-test runs with backend "cuda".
+The self-test module (tools/gpu_selftest, built with nvcc by build.py; no TensorFlow, no Bazel) runs
+the engine with HostBackend: the same element-wise functors, step order, GEMM transposes and scratch
+carving as on the device, executed on the CPU. Every op is compared with the float64 reference
+(tools/references/block_lstm.py) at the CPU kernels' tolerances, for every storage type, through
+tools/gpu_selftest/lstm_checks.py, the checks a GPU self-test runs with backend "cuda".
 Skipped only when nvcc is missing.
 """
 

@@ -1,7 +1,8 @@
-"""The CudnnRNN GPU engine (cc/gpu/cudnn_rnn_engine.h) without a GPU: the self-test module built
-with nvcc (cc/gpu/selftest/build.py) runs the engine on its HostBackend (the same engine code, the
-CUDA calls executed on the CPU) and cc/gpu/selftest/rnn_checks.py compares it with the float64
-reference in every dtype, and with the CPU TensorFlow op, whose reserve-space format it shares."""
+"""The CudnnRNN GPU engine (cc/cudnn_rnn/gpu_engine.h) without a GPU: the self-test module built
+with nvcc (tools/gpu_selftest/build.py) runs the engine on its HostBackend (the same engine code,
+the CUDA calls executed on the CPU) and tools/gpu_selftest/rnn_checks.py compares it with the
+float64 reference in every dtype, and with the CPU TensorFlow op, whose reserve-space format it
+shares."""
 
 import dataclasses
 

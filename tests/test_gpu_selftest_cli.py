@@ -1,4 +1,4 @@
-"""The GPU self-test command (cc/gpu/selftest/gpu_selftest.py) on a machine without a GPU.
+"""The GPU self-test command (tools/gpu_selftest/gpu_selftest.py) on a machine without a GPU.
 
   - `--backend host --quick --no-bench` in a subprocess: the engine suites on the host backend,
     exit status 0 and the summary line, and neither TensorFlow nor torch imported on the way
@@ -6,7 +6,7 @@
   - `--help`;
   - the pure-Python pieces: option parsing, FLOP counts, the table, cuBLAS discovery (with
     stand-ins), and the torch -> cuDNN-canonical params conversion (torch_checks.py) against
-    tests/cudnn_reference.py's packing with NumPy stand-ins; with torch importable (CPU) also
+    tools/references/cudnn_rnn.py's packing with NumPy stand-ins; with torch importable (CPU) also
     torch.nn.LSTM/GRU/RNN and BlockLSTMV2 against the float64 references through it, and the
     command's torch comparisons (--with-torch) in a subprocess.
 """
@@ -283,7 +283,7 @@ SMALL = dict(time=5, batch=3, input_size=4, num_units=5)
 ], ids=lambda c: c.name)
 def test_torch_cpu_matches_cudnn_reference(case):
     """torch.nn (float64, CPU) with our params converted to its weights equals
-    tests/cudnn_reference.py's forward and backward, gradients converted back."""
+    tools/references/cudnn_rnn.py's forward and backward, gradients converted back."""
     torch = _torch()
     cfg = case.cfg
     rng = np.random.default_rng(3)

@@ -153,8 +153,8 @@ def test_tape_v1_h_cs_losses_vs_tf(raw, rng, loss_on, attrs, T, B, I, H, L):
 @pytest.mark.parametrize("use_peephole", [False, True])
 @pytest.mark.parametrize("T,B,I,H,L", [(4, 2, 3, 4, 4), (5, 3, 2, 5, 3), (1, 2, 2, 3, 1)])
 def test_tape_v2_uses_ifco_gradient(raw, rng, use_peephole, T, B, I, H, L):
-    """TF's tape gradient of BlockLSTMV2 applies the ICFO gradient (spec §7); ours is the true
-    IFCO gradient, equal to the reference and to TF's own (correct) BlockLSTMGradV2."""
+    """TF's tape gradient of BlockLSTMV2 applies the ICFO gradient (docs/block_lstm.md §9.1); ours
+    is the true IFCO gradient, equal to the reference and to TF's own (correct) BlockLSTMGradV2."""
     p = random_params(rng, B, I, H, "float32", T=T)
     weights = {"h": rng.normal(size=(T, B, H)), "cs": rng.normal(size=(T, B, H))}
     eff = dict(forget_bias=0.0, cell_clip=0.0, use_peephole=use_peephole, layout="IFCO")

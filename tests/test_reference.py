@@ -1,6 +1,7 @@
 """Validates the NumPy reference itself: against finite differences (float64, no clipping) and
 against TensorFlow's own raw ops where TF is correct (everything except the BlockLSTMV2 tape
-gradient, spec §7, and i/f/o/ci/co at t >= seq_len_max, which TF leaves uninitialised)."""
+gradient, docs/block_lstm.md §9.1, and i/f/o/ci/co at t >= seq_len_max, which TF leaves
+uninitialised)."""
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from conftest import (
     random_params, round_to, tf_inputs, to_numpy, to_tf,
 )
 
-# TF 2.21 CPU vs float64 (spec §9/§11): float32 <= 1e-6; half ~4e-3 fwd, ~1.7e-2 bwd.
+# TF 2.21 CPU vs float64 (docs/block_lstm.md §8.6): float32 <= 1e-6; half ~4e-3 fwd, ~1.7e-2 bwd.
 TF_TOL = {"float32": dict(fwd=2e-6, bwd=3e-6), "half": dict(fwd=6e-3, bwd=2.5e-2)}
 
 
@@ -62,7 +63,8 @@ def test_reference_cell_vjp_matches_finite_differences(rng, layout, use_peephole
 
 
 def test_reference_clipping_is_straight_through(rng):
-    """With active clipping the reference gradient is NOT the true derivative (spec §6.1)."""
+    """With active clipping the reference gradient is NOT the true derivative: clipping is
+    straight-through (docs/block_lstm.md §6.2)."""
     p = random_params(rng, 2, 2, 3)
     p["cs_prev"] = np.full((2, 3), 5.0)  # forces |c| > clip
     eff = dict(forget_bias=3.0, cell_clip=0.5, use_peephole=False, layout="ICFO")
@@ -138,7 +140,8 @@ def test_reference_matches_tf_cell(rng, dtype, attrs, B, I, H):
 @pytest.mark.parametrize("T,B,I,H,L", [(4, 2, 3, 5, 4), (5, 3, 2, 4, 2), (3, 2, 2, 3, 0)])
 @pytest.mark.parametrize("loss_on", ["h", "cs", "cs+h"])
 def test_reference_matches_tf_tape_v1(rng, use_peephole, T, B, I, H, L, loss_on):
-    """TF's BlockLSTM (V1) tape gradient is right for losses on cs and h (spec §7)."""
+    """TF's BlockLSTM (V1) tape gradient is right for losses on cs and h
+    (docs/block_lstm.md §9.1)."""
     p = random_params(rng, B, I, H, "float32", T=T)
     names = loss_on.split("+")
     weights = {k: rng.normal(size=(T, B, H)) for k in names}
@@ -156,9 +159,9 @@ def test_reference_matches_tf_tape_v1(rng, use_peephole, T, B, I, H, L, loss_on)
 
 
 def test_tf_v2_tape_gradient_is_wrong_in_tf(rng):
-    """Documents spec §7 (TF bug) so that the plugin tests are known to be sensitive to it:
-    TF's tape gradient of BlockLSTMV2 equals the ICFO gradient applied to the IFCO forward and
-    differs from the true gradient."""
+    """Documents docs/block_lstm.md §9.1 (TF bug) so that the plugin tests are known to be sensitive
+    to it: TF's tape gradient of BlockLSTMV2 equals the ICFO gradient applied to the IFCO forward
+    and differs from the true gradient."""
     T, B, I, H, L = 4, 2, 3, 4, 4
     p = random_params(rng, B, I, H, "float32", T=T)
     weights = {"h": rng.normal(size=(T, B, H))}

@@ -1,5 +1,5 @@
-"""raw.* are drop-in replacements for tf.raw_ops.*: same Python signature, same output names,
-same dtypes out as in, and static shape inference at least as precise as TF's (spec §3)."""
+"""raw.* are drop-in replacements for tf.raw_ops.*: same Python signature, same output names, same
+dtypes out as in, and static shape inference at least as precise as TF's (docs/block_lstm.md §3)."""
 
 import inspect
 

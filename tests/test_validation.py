@@ -1,4 +1,4 @@
-"""Bad inputs (validation.md, spec §8) raise InvalidArgumentError naming the argument, eagerly
+"""Bad inputs (docs/validation.md §3) raise InvalidArgumentError naming the argument, eagerly
 and inside tf.function; valid empty inputs give correctly shaped results."""
 
 import re
@@ -100,7 +100,7 @@ def bad_cases():
         for n in (4 * H + 4, 4 * H - 1, 4 * H + 2):
             cases.append((op, "b-len%d" % n, {"b": [n]}, L, True, ("b",)))
         if op in GRAD and op != "LSTMBlockCellGrad":
-            # H comes from w.dim1 / 4 (spec §2): cs_prev is checked against it
+            # H comes from w.dim1 / 4 (docs/block_lstm.md §2.3): cs_prev is checked against it
             cases.append((op, "cs_prev-units", {"cs_prev": [B, H + 1]}, L, True, ("cs_prev",)))
             for n in (4 * H + 1, 4 * H + 2, 4 * H - 1):
                 cases.append((op, "w-cols%d" % n, {"w": [I + H, n]}, L, True, ("w",)))

@@ -1,4 +1,5 @@
-// The rnn_gpu.h launchers of the LSTM block ops: LstmEngine (lstm_engine.h) on a CudaBackend.
+// The GPU launchers of the LSTM block ops (gpu_launchers.h): LstmEngine (gpu_engine.h) on a
+// CudaBackend.
 // Every launcher runs Initialize() first (driver check, cuBLAS loading; cached after the first
 // call) and returns its error.
 #include "cc/gpu/backend_cuda.cuh"

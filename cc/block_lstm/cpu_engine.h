@@ -1,6 +1,6 @@
 // The CPU engine of the LSTM block ops (LSTMBlockCell(Grad), BlockLSTM(V2), BlockLSTMGrad(V2),
-// BlockLSTMFullGrad): framework-free, with the API shape of the GPU launchers
-// (cc/gpu/launchers.h): a scratch-size query and a run on caller-owned memory.
+// BlockLSTMFullGrad): framework-free, with the API shape of the GPU launchers (gpu_launchers.h
+// beside it): a scratch-size query and a run on caller-owned memory.
 //
 // T is the storage type: Eigen::half, Eigen::bfloat16, float or double; it computes in AccFor<T>
 // (cc/core/precision.h). Every run:
@@ -9,7 +9,8 @@
 //  - takes all its temporary memory from `scratch`, at least the matching *ScratchBytes() bytes
 //    (any alignment) that the caller owns for the call; false only when it is smaller (then the
 //    outputs are not written);
-//  - expects validated sizes and non-aliased buffers (the binding validates: docs/validation.md §3).
+//  - expects validated sizes and non-aliased buffers (the TF binding validates them:
+//    docs/validation.md §3).
 // Semantics: docs/block_lstm.md.
 #ifndef TF_LSTM_OPS_CC_BLOCK_LSTM_CPU_ENGINE_H_
 #define TF_LSTM_OPS_CC_BLOCK_LSTM_CPU_ENGINE_H_

@@ -1,11 +1,11 @@
 // The LSTM block ops' GPU engine (BlockLSTM(V2), LSTMBlockCell, their gradients and
 // BlockLSTMFullGrad), framework-free and templated on a Backend (common.h): CudaBackend runs it
-// on a stream (lstm_gpu.cu.cc, the rnn_gpu.h launchers), HostBackend runs the very same calls on
-// the CPU (the self-test's "host" backend, part of the test suite).
+// on a stream (block_lstm_launchers.cu.cc, the gpu_launchers.h launchers), HostBackend runs the
+// very same calls on the CPU (the self-test's "host" backend, part of the test suite).
 //
-// Semantics are those of the CPU functors (cc/kernels/lstm_cpu.cc), which this mirrors step for
-// step; the cell math is the shared cc/kernels/lstm_cell.h. The structure is the project's
-// performance design:
+// Semantics are those of the CPU engine (cpu_engine.cc), which this mirrors step for step; the cell
+// math is the shared cc/core/lstm_cell.h. The structure is the project's performance design
+// (docs/performance.md §2):
 //   forward   one GEMM x·Wx for all seq_len_max steps; per step only the recurrent GEMM h·Wh and
 //             ONE fused element-wise pass (bias, activations, clip, peepholes, state update, the
 //             seven saved outputs); outputs at steps >= seq_len_max are zeroed by one pass;
@@ -17,12 +17,12 @@
 // Nothing allocates: every temporary comes from one caller-provided scratch block, carved by the
 // same Carve* function that reports its size. Nothing uses atomics: results are deterministic.
 //
-// Precision: A = Acc<T> is float for __half/__nv_bfloat16/float and double for double. Every
-// GEMM takes storage-type operands and accumulates in A (16-bit: tensor cores): x, W and the h
-// sequence as stored and, in backward, dgates rounded to T once (as cuDNN; the CPU rounds them
-// only for bfloat16's dx and dW, on CPUs with AVX512-BF16). The element-wise math, the carried dh/dcs, db and the peephole
-// gradients stay in A. The state the next step multiplies is the stored h (rounded to T), as on
-// the CPU. Each output is rounded to T once.
+// Precision: A = Acc<T> is float for __half/__nv_bfloat16/float and double for double. Every GEMM
+// takes storage-type operands and accumulates in A (16-bit: tensor cores): x, W and the h sequence
+// as stored and, in backward, dgates rounded to T once (as cuDNN; the CPU rounds them only for
+// bfloat16's dx and dW, on CPUs with AVX512-BF16). The element-wise math, the carried dh/dcs, db
+// and the peephole gradients stay in A. The state the next step multiplies is the stored h (rounded
+// to T), as on the CPU. Each output is rounded to T once.
 #ifndef TF_LSTM_OPS_CC_BLOCK_LSTM_GPU_ENGINE_H_
 #define TF_LSTM_OPS_CC_BLOCK_LSTM_GPU_ENGINE_H_
 

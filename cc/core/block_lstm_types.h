@@ -1,5 +1,5 @@
 // The sizes, attributes and buffer sets of the LSTM block ops: plain structs shared by the
-// TensorFlow functors, the framework-free CUDA engine and the GPU self-test (no TF headers).
+// framework-free CPU and GPU engines, the TensorFlow binding and the GPU self-test (no TF headers).
 #ifndef TF_LSTM_OPS_CC_CORE_BLOCK_LSTM_TYPES_H_
 #define TF_LSTM_OPS_CC_CORE_BLOCK_LSTM_TYPES_H_
 

@@ -1,6 +1,6 @@
 // The math of one GRU cell and one plain RNN cell for one (batch row, unit) element, forward and
-// backward, in cuDNN's form (docs/cudnn_rnn.md §4, §7.2), and the CudnnRNN family's LSTM as lstm_cell.h's cell
-// (IFCO layout, no peepholes, forget bias or clipping). Framework-free.
+// backward, in cuDNN's form (docs/cudnn_rnn.md §4, §7.2), and the CudnnRNN family's LSTM as
+// lstm_cell.h's cell (IFCO layout, no peepholes, forget bias or clipping). Framework-free.
 #ifndef TF_LSTM_OPS_CC_CORE_CUDNN_RNN_CELLS_H_
 #define TF_LSTM_OPS_CC_CORE_CUDNN_RNN_CELLS_H_
 

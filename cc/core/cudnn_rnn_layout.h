@@ -1,5 +1,5 @@
-// The cuDNN RNN model description and its opaque parameter buffer layout (docs/cudnn_rnn.md §6.2): the one
-// place that knows where each matrix and bias of each pseudo-layer lives. Framework-free.
+// The cuDNN RNN model description and its opaque parameter buffer layout (docs/cudnn_rnn.md §6.2):
+// the one place that knows where each matrix and bias of each pseudo-layer lives. Framework-free.
 //
 //   params = [ M_0 | M_1 | ... | M_{LD-1} | Bias_0 | ... | Bias_{LD-1} ]
 //   M_p    = W_0..W_{G-1} (each H x in_l, row-major) R_0..R_{G-1} (each H x Hr) [Pmat (P x H)]
@@ -73,8 +73,9 @@ inline PseudoLayerRegions RegionsOf(const RnnModel& m, int64_t p) {
   return r;
 }
 
-// ParamsSize (docs/cudnn_rnn.md §6.3), or -1 when it overflows int64 (or a size is negative), in closed form:
-// D·(layer 0's block) + D·(L - 1)·(a later layer's block), each block its matrices and biases.
+// ParamsSize (docs/cudnn_rnn.md §6.3), or -1 when it overflows int64 (or a size is negative),
+// in closed form: D·(layer 0's block) + D·(L - 1)·(a later layer's block), each block its
+// matrices and biases.
 inline int64_t CheckedParamsSize(const RnnModel& m) {
   if (m.num_layers < 1 || m.num_units < 0 || m.input_size < 0 || m.num_proj < 0 ||
       m.num_dirs < 1) {

@@ -1,5 +1,5 @@
-// The run description, reserve-space format and dropout RNG of the CudnnRNN ops: framework-free,
-// so the CPU kernels, the CUDA engine and the GPU self-test share one definition (a reserve space
+// The run description, reserve-space format and dropout RNG of the CudnnRNN ops: framework-free, so
+// the CPU and GPU engines, the binding and the GPU self-test share one definition (a reserve space
 // and a dropout mask mean the same on every device).
 #ifndef TF_LSTM_OPS_CC_CORE_CUDNN_RNN_TYPES_H_
 #define TF_LSTM_OPS_CC_CORE_CUDNN_RNN_TYPES_H_
@@ -14,7 +14,8 @@
 namespace tf_lstm_ops {
 
 // One run's sizes: T, B and the memory order of input/output ([T,B,.] or [B,T,.]). The state
-// tensors are always read as [L*D, B, n] (TF's reinterpretation for batch-major; docs/cudnn_rnn.md §3).
+// tensors are always read as [L*D, B, n] (TF's reinterpretation for batch-major;
+// docs/cudnn_rnn.md §3).
 struct RnnRun {
   int64_t time, batch;
   bool time_major;

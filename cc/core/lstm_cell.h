@@ -1,6 +1,6 @@
-// The math of one LSTM cell for one (batch row, unit) element: forward (docs/block_lstm.md §4) and backward
-// (docs/block_lstm.md §6.1). The single home of the LSTM cell equations: the CPU engines and the CUDA kernels
-// of both families call these functions.
+// The math of one LSTM cell for one (batch row, unit) element: forward (docs/block_lstm.md §4) and
+// backward (docs/block_lstm.md §6.1). The single home of the LSTM cell equations: the CPU engines
+// and the CUDA kernels of both families call these functions.
 //
 // `Acc` is the compute type (cc/core/precision.h). Inputs are converted to Acc before the call
 // and results rounded to the storage type once, after it.
@@ -69,10 +69,10 @@ struct ActivationGradients {
   Acc i, f, o, ci, co;
 };
 
-// Backward step (docs/block_lstm.md §6.1, §6.2, §6.5), in TF's evaluation order; the direct activation gradients `ext` are
-// added last, so with ext = 0 the result is bit-identical to TF's formula. Clipping is
-// straight-through: the gradient is not masked where the clamp was active (TF's defined
-// behaviour). dcs = total dL/dcs (carried + external), dh = total dL/dh.
+// Backward step (docs/block_lstm.md §6.1, §6.2, §6.5), in TF's evaluation order; the direct
+// activation gradients `ext` are added last, so with ext = 0 the result is bit-identical to TF's
+// formula. Clipping is straight-through: the gradient is not masked where the clamp was active
+// (TF's defined behaviour). dcs = total dL/dcs (carried + external), dh = total dL/dh.
 template <typename Acc>
 TF_LSTM_HOST_DEVICE inline CellGradients<Acc> CellBackward(bool use_peephole,
                                                            const CellActivations<Acc>& a,

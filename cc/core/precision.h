@@ -1,5 +1,5 @@
-// The precision policy of every engine, CPU and GPU: which type a storage type computes in, and
-// how the activations are evaluated in it. Read with docs/performance.md §6 and docs/block_lstm.md §8.
+// The precision policy of every engine, CPU and GPU: which type a storage type computes in, and how
+// the activations are evaluated in it. Read with docs/performance.md §6 and docs/block_lstm.md §8.
 #ifndef TF_LSTM_OPS_CC_CORE_PRECISION_H_
 #define TF_LSTM_OPS_CC_CORE_PRECISION_H_
 

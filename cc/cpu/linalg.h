@@ -270,9 +270,10 @@ inline std::vector<int64_t> UnitSlices(int64_t width, int64_t max_slices) {
 // bits (uint16_t), for gemm::PackedBlockBf16), so that a slice's per-step product streams one
 // pre-packed operand (Eigen would repack the weights on every step). The source matrix is
 // [rows, gates·width] with element (k, g·width + j) at
-// src[k·row_stride + (g·width + j)·col_stride]; one of the strides is 1. Slice u (units [j0, j0 + n) of `bounds`) gets the operand
-// [rows, gates·gate_cols(u)]: for each gate in order, its n columns, zero-padded to
-// gate_cols(u) = gemm::PaddedCols(n) (so a product's output row has the same padded gate blocks).
+// src[k·row_stride + (g·width + j)·col_stride]; one of the strides is 1. Slice u (units
+// [j0, j0 + n) of `bounds`) gets the operand [rows, gates·gate_cols(u)]: for each gate in order,
+// its n columns, zero-padded to gate_cols(u) = gemm::PaddedCols(n) (so a product's output row has
+// the same padded gate blocks).
 class SlicePacking {
  public:
   SlicePacking(std::vector<int64_t> bounds, int64_t rows, int gates)

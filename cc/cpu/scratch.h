@@ -1,9 +1,9 @@
 // Scratch memory of the CPU engines: one caller-owned block, carved into aligned buffers.
 //
-// Every engine call comes in two parts (as the GPU launchers in cc/gpu/launchers.h): a size
-// query and a run on caller-owned memory. Both walk the same code with a Scratch, the query in
-// counting mode (no memory: Take returns nullptr and only adds up), so the two cannot disagree.
-// The engine computes nothing while counting.
+// Every engine call comes in two parts (as the GPU launchers in cc/<family>/gpu_launchers.h): a
+// size query and a run on caller-owned memory. Both walk the same code with a Scratch, the query in
+// counting mode (no memory: Take returns nullptr and only adds up), so the two cannot disagree. The
+// engine computes nothing while counting.
 #ifndef TF_LSTM_OPS_CC_CPU_SCRATCH_H_
 #define TF_LSTM_OPS_CC_CPU_SCRATCH_H_
 

@@ -1,6 +1,6 @@
 // The CPU engine of the CudnnRNN family (CudnnRNN V1-V3 and their Backprop ops): framework-free,
-// with the API shape of the GPU launchers (cc/gpu/launchers.h): a scratch-size query and a run on
-// caller-owned memory. Same contract as cc/block_lstm/cpu_engine.h (threads of `device`,
+// with the API shape of the GPU launchers (gpu_launchers.h beside it): a scratch-size query and a
+// run on caller-owned memory. Same contract as cc/block_lstm/cpu_engine.h (threads of `device`,
 // scratch of at least the query's bytes, false only when it is smaller, validated sizes);
 // semantics: docs/cudnn_rnn.md.
 #ifndef TF_LSTM_OPS_CC_CUDNN_RNN_CPU_ENGINE_H_

@@ -1,4 +1,5 @@
-// The launcher API's CudnnRNN section (cc/gpu/rnn_gpu.h): RnnEngine on a CudaBackend.
+// The GPU launchers of the CudnnRNN family (gpu_launchers.h): RnnEngine (gpu_engine.h) on a
+// CudaBackend.
 #include "cc/gpu/backend_cuda.cuh"
 #include "cc/cudnn_rnn/gpu_engine.h"
 #include "cc/cudnn_rnn/gpu_launchers.h"

@@ -1,7 +1,7 @@
 // The CudnnRNN engine of the GPU launchers: forward and backprop of a multi-layer, optionally
 // bidirectional RNN in cuDNN's canonical form, templated on the backend (CudaBackend for the real
 // thing, HostBackend for the tests without a GPU) and on the storage type T (__half,
-// __nv_bfloat16, float, double). It mirrors the CPU functors (cc/kernels/cudnn_rnn_cpu.cc) in
+// __nv_bfloat16, float, double). It mirrors the CPU engine (cc/cudnn_rnn/cpu_engine.cc) in
 // semantics, in the reserve-space format (cudnn_rnn_types.h's WorkspaceLayout and header) and in
 // the dropout masks (the same counter-based RNG), so a reserve space means the same on every
 // device.
@@ -732,7 +732,7 @@ struct RnnEngine {
   using PersistentFn = rnn_detail::PersistentForwardFn<T, A, Math>;
 
   // The persistent launch's grid: `blocks` blocks of `units_per_block` hidden units each
-  // (blocks == 0: the per-step path); rnn_gpu.h's RnnForwardPath, which reports it.
+  // (blocks == 0: the per-step path); gpu_launchers.h's RnnForwardPath, which reports it.
   using PersistentPlan = RnnForwardPath;
 
   // Test-only switch (documented in tests/test_gpu_rnn_engine.py): TF_LSTM_OPS_RNN_PERSISTENT=0

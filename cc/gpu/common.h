@@ -1,7 +1,7 @@
 // What the framework-free GPU engines share, whatever backend runs them: storage-type traits,
 // scratch carving, the row-major GEMM expressed in cuBLAS's column-major terms, and errors.
 //
-// Engines (lstm_engine.h, cudnn_rnn_engine.h) are templates on a Backend:
+// Engines (cc/block_lstm/gpu_engine.h, cc/cudnn_rnn/gpu_engine.h) are templates on a Backend:
 //   CudaBackend (backend_cuda.cuh)  kernels and cuBLAS on a cudaStream_t: the real thing;
 //   HostBackend (backend_host.h)    the same calls executed on the CPU, with a reference
 //                                   column-major GEMM of cuBLAS's exact semantics, so that the
@@ -53,7 +53,7 @@ namespace gpu {
 // Eigen::bfloat16 have the same bits). Acc is what the engines compute in: float for the
 // 16-bit types and float, double for double (as on the CPU).
 template <typename T>
-using Acc = AccFor<T>;  // cc/kernels/lstm_cell.h
+using Acc = AccFor<T>;  // cc/core/precision.h
 
 // Conversions that work on host and device for every storage type.
 template <typename To, typename From>
@@ -107,7 +107,7 @@ struct ZeroRowsFn {
   TF_LSTM_HOST_DEVICE void operator()(int64_t i) const { c[(i / n) * ldc + i % n] = Out(0); }
 };
 
-// Row-major C[m,n] = op(A)·op(B) (+ C when accumulate), as cc/kernels/cpu_linalg.h's Gemm: op(A)
+// Row-major C[m,n] = op(A)·op(B) (+ C when accumulate), as cc/cpu/linalg.h's Gemm: op(A)
 // is [m,k], stored [m,k] (lda >= k) or, with trans_a, [k,m] (lda >= m); op(B) likewise [k,n].
 // In cuBLAS's column-major terms a row-major X is Xᵀ, so this is Cᵀ = op(B)ᵀ·op(A)ᵀ: the
 // operands swap and m/n swap. Sizes beyond int32 (cuBLAS's int API) are split along m and k.
@@ -213,7 +213,7 @@ cudaError_t Upload(const Backend& be, const V* host, V* dst, int64_t n) {
 
 // For failures that are not CUDA errors (cuBLAS missing or failing): the launchers return
 // cudaErrorUnknown or the closest cudaError_t and put the explanation here (thread-local), for
-// rnn_gpu.h's ErrorDetail().
+// launchers.h's ErrorDetail().
 void SetErrorDetail(const char* message);
 
 }  // namespace gpu

@@ -1,4 +1,4 @@
-// Driver check (rnn_gpu.h's Initialize), cuBLAS loaded with dlopen, and the thread-local error
+// Driver check (launchers.h's Initialize), cuBLAS loaded with dlopen, and the thread-local error
 // detail.
 #include "cc/gpu/cublas_runtime.h"
 

@@ -1,7 +1,7 @@
 // The CUDA runtime services the GPU engines need beyond kernels: cuBLAS, loaded at run time with
 // dlopen (no link-time dependency and no cuBLAS headers: the process's TensorFlow or PyTorch has
 // normally loaded a libcublas already, which is reused). The driver check and the cuBLAS loading
-// at first use are rnn_gpu.h's Initialize() (defined in cublas_runtime.cc).
+// at first use are launchers.h's Initialize() (defined in cublas_runtime.cc).
 #ifndef TF_LSTM_OPS_CC_GPU_CUBLAS_RUNTIME_H_
 #define TF_LSTM_OPS_CC_GPU_CUBLAS_RUNTIME_H_
 

@@ -14,8 +14,8 @@
 //    h, later layers' inputs and gate gradients rounded once; see the engines' Precision notes);
 //  - is deterministic: the same inputs give the same bits (no atomics; cuBLAS with a fixed
 //    workspace on one stream);
-//  - expects validated sizes and non-aliased buffers (the OpKernels validate; see
-//    cc/kernels/lstm_validation.h).
+//  - expects validated sizes and non-aliased buffers (the OpKernels of cc/tf/ validate:
+//    docs/validation.md).
 // Host pointers: only RnnRun::seq_lengths (read during the call, not after it returns).
 #ifndef TF_LSTM_OPS_CC_GPU_LAUNCHERS_H_
 #define TF_LSTM_OPS_CC_GPU_LAUNCHERS_H_

@@ -1,7 +1,7 @@
 // Shape validation shared by every kernel of both families (the LSTM block ops' own checks are in
-// block_lstm/validation.h; rules: docs/validation.md). Every rank is checked before any
-// dim_size() is read; every size product is checked for int64 overflow; every message names the argument,
-// the expected shape with its meaning, and the shape it got. Where TensorFlow's kernels raise an
+// block_lstm/validation.h; rules: docs/validation.md). Every rank is checked before any dim_size()
+// is read; every size product is checked for int64 overflow; every message names the argument, the
+// expected shape with its meaning, and the shape it got. Where TensorFlow's kernels raise an
 // InvalidArgumentError for the same mistake, the message starts with TF's key phrase ("x must be
 // 3D", "must be rank 3 but is rank 2", "h_prev.dims(1) != cell_size: 7 vs. 8"), so that code
 // matching TF's messages keeps working; our precise text follows.

@@ -1,16 +1,18 @@
-"""Gradients of the LSTM block ops (BlockLSTM, BlockLSTMV2, LSTMBlockCell), registered when
-``tf_lstm_ops`` is imported.
+"""Gradients of the LSTM block ops (BlockLSTM, BlockLSTMV2, LSTMBlockCell) under our op namespace
+(TfLstm>), registered when ``tf_lstm_ops`` is imported.
 
-Where TF 2.21 is wrong we are right (spec §7):
+Where TF 2.21 is wrong we are right (docs/block_lstm.md §7, §9.1):
 - BlockLSTMV2 gets the IFCO gradient (TF registers the ICFO one for it, so its tape gradients
   are wrong);
 - LSTMBlockCell has a gradient (TF 2.x registers none): one step of the sequence backward, which
-  equals spec §6.3's composition LSTMBlockCellGrad + matmuls;
+  equals the composition LSTMBlockCellGrad + matmuls of docs/block_lstm.md §6.3;
 - gradients flowing into i, f, o, ci and co are propagated (TF drops all but cs and h).
 All three run our BlockLSTMFullGrad op: BlockLSTMGrad(V2) has no inputs for the i, f, o, ci, co
 gradients, and TF's tape hands a gradient function zeros, never None, for unused outputs, so
 there is no cheaper case to pick. The extra inputs cost five loads per element of the fused
-element-wise step.
+element-wise step. For LSTMBlockCell the op runs on a one-step sequence (seq_len_max = 1, ICFO):
+x, the outputs and their gradients gain a leading step axis, which x's gradient drops again. The
+int64 seq_len_max of BlockLSTM(V2) gets no gradient.
 """
 
 import tensorflow as tf

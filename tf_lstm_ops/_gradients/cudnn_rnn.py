@@ -1,10 +1,11 @@
 """Gradients of our CudnnRNN, CudnnRNNV2 and CudnnRNNV3 ops, registered when ``tf_lstm_ops`` is
 imported.
 
-TF registers gradients for its own op names (which run our CPU kernels once the library is
-loaded); these are for the same ops under our namespace (TfLstm>). Each runs the matching
-CudnnRNNBackprop, CudnnRNNBackpropV2 or CudnnRNNBackpropV3 op on the forward op's inputs, outputs
-and reserve space, so the forward must have run with is_training=True (else a ValueError says
+TF registers gradients for its own op names (which run our CPU kernels once the library is loaded);
+these are for the same ops under our namespace (TfLstm>). Each runs the matching CudnnRNNBackprop,
+CudnnRNNBackpropV2 or CudnnRNNBackpropV3 op (docs/cudnn_rnn.md §7) on the forward op's inputs,
+outputs, reserve space and attributes (V2 and V3 also pass host_reserved; V3 its sequence_lengths,
+num_proj and time_major), so the forward must have run with is_training=True (else a ValueError says
 so). An output gradient the tape leaves out counts as zeros; input_c gets a zero gradient outside
 LSTM mode (the op ignores it there), and V3's integer sequence_lengths none.
 """

@@ -239,7 +239,8 @@ class LSTM(_FusedRNNMixin, keras.layers.LSTM):
             bias = _read(cell.bias, dtype)
         else:
             bias = tf.zeros([4 * cell.units], dtype)
-        # spec 5.5: W_g = kernel[:, g]^T, R_g = recurrent_kernel[:, g]^T, b_W = 0, b_R = bias.
+        # docs/cudnn_rnn.md §6.5: W_g = kernel[:, g]^T, R_g = recurrent_kernel[:, g]^T, b_W = 0,
+        # b_R = bias.
         return tf.concat([_flat_t(kernel), _flat_t(recurrent), tf.zeros_like(bias), bias], 0)
 
     def inner_loop(self, sequences, initial_state, mask, training=False):

@@ -54,7 +54,7 @@ def _cuda_objects_impl(ctx):
     flags += ["-D" + d for d in compilation.defines.to_list()]
     flags += ["-D" + d for d in ctx.attr.defines]
 
-    # The repository root first: sources include "cc/gpu/..." and "cc/kernels/...".
+    # The repository root first: sources include "cc/core/...", "cc/gpu/..." and the families'.
     include_dirs = ["."]
     for d in compilation.quote_includes.to_list() + compilation.includes.to_list():
         if d not in include_dirs:

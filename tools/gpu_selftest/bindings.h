@@ -1,8 +1,8 @@
-// The pybind11 module of the GPU self-test: the framework-free engines, callable from Python
-// with raw pointers (Python ints: NumPy's .ctypes.data for the host backend, torch's
-// .data_ptr() for the CUDA backend). backend "cuda" calls the launcher API of cc/gpu/rnn_gpu.h
-// (exactly what the TensorFlow kernels call) on the given stream; backend "host" runs the same
-// engines with HostBackend on the CPU.
+// The pybind11 module of the GPU self-test: the framework-free engines, callable from Python with
+// raw pointers (Python ints: NumPy's .ctypes.data for the host backend, torch's .data_ptr() for the
+// CUDA backend). backend "cuda" calls the launchers of cc/block_lstm/gpu_launchers.h and
+// cc/cudnn_rnn/gpu_launchers.h (exactly what the TensorFlow kernels call) on the given stream;
+// backend "host" runs the same engines with HostBackend on the CPU.
 #ifndef TF_LSTM_OPS_TOOLS_GPU_SELFTEST_BINDINGS_H_
 #define TF_LSTM_OPS_TOOLS_GPU_SELFTEST_BINDINGS_H_
 

@@ -1,5 +1,7 @@
-"""Builds the GPU self-test module (cc/gpu/*.cu.cc + bindings) with nvcc, without TensorFlow
-or Bazel: `python cc/gpu/selftest/build.py [--arch 90]` or `import build; build.load()`.
+"""Builds the GPU self-test module (the *.cu.cc launchers of cc/gpu, cc/block_lstm and
+cc/cudnn_rnn, cc/gpu/cublas_runtime.cc and the bindings here) with nvcc, without TensorFlow or
+Bazel: `python tools/gpu_selftest/build.py [--arch 90]` (from the repository root) or
+`from tools.gpu_selftest import build; build.load()`.
 
 The module lands in build/gpu_selftest/sm_<arch>/ (gitignored; one folder per target, so the
 tests' sm_80 build and a GPU's own build do not evict each other) and is rebuilt only when a

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """One-command self-test of tf_lstm_ops' GPU engines, without TensorFlow or Bazel.
 
-    python3 cc/gpu/selftest/gpu_selftest.py [options]        (from the repository root)
-    python3 -m cc.gpu.selftest.gpu_selftest [options]
+    python3 tools/gpu_selftest/gpu_selftest.py [options]     (from the repository root)
+    python3 -m tools.gpu_selftest.gpu_selftest [options]
 
 With --backend cuda (the default; needs nvcc, pybind11, NumPy and PyTorch with CUDA) it
-  1. builds the self-test module (cc/gpu/*.cu.cc + bindings, build.py) with nvcc for the GPU's
-     compute capability (or --arch) and prints the device, driver/runtime, torch and cuDNN
-     versions;
+  1. builds the self-test module (the *.cu.cc launchers of cc/gpu, cc/block_lstm and cc/cudnn_rnn +
+     bindings, build.py) with nvcc for the GPU's compute capability (or --arch) and prints the
+     device, driver/runtime, torch and cuDNN versions;
   2. makes sure cuBLAS loads: the engines dlopen libcublas at their first call, reusing one the
      process already loaded (RTLD_NOLOAD), so a torch matmul runs first; if torch's cuBLAS is not
      under a name the engines look for, TF_LSTM_OPS_CUBLAS is pointed at it (torch's
@@ -16,7 +16,7 @@ With --backend cuda (the default; needs nvcc, pybind11, NumPy and PyTorch with C
   3. correctness, every dtype (half, bfloat16, float32, float64), torch tensors as buffers on one
      stream:
        - the LSTM block-op and CudnnRNN engine suites (lstm_checks.py, rnn_checks.py) against the
-         float64 NumPy references (tests/reference.py, tests/cudnn_reference.py);
+         float64 NumPy references (tools/references/block_lstm.py, cudnn_rnn.py);
        - repeat runs bitwise equal;
        - the CudnnRNN engine against torch.nn.LSTM (also proj_size), GRU and RNN (tanh, relu):
          1-2 layers, uni-/bidirectional, time-/batch-major, fixed and variable lengths
@@ -69,11 +69,11 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-if ROOT not in sys.path:  # run as a script: make the repo's cc.gpu.selftest importable
+if ROOT not in sys.path:  # run as a script: make the repo's tools.gpu_selftest importable
     sys.path.insert(0, ROOT)
 from tools.gpu_selftest import build, lstm_checks, rnn_checks, storage  # noqa: E402
 
-R = rnn_checks.R  # tests/cudnn_reference.py
+R = rnn_checks.R  # tools/references/cudnn_rnn.py
 
 DTYPES = storage.DTYPES
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
@@ -114,7 +114,7 @@ def parse_args(argv):
         epilog=doc[1] if len(doc) > 1 else None,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--backend", choices=("cuda", "host"), default="cuda",
-                   help="cuda: the rnn_gpu.h launchers on the GPU (default); host: the engines' "
+                   help="cuda: the GPU launchers on the GPU (default); host: the engines' "
                    "host backend on the CPU, NumPy buffers, no GPU or torch needed")
     p.add_argument("--quick", action="store_true",
                    help="a covering subset of the correctness cases (and no large shapes)")

@@ -1,7 +1,8 @@
-// Self-test bindings of the LSTM block-op engine (lstm_engine.h).
+// Self-test bindings of the LSTM block-op engine (cc/block_lstm/gpu_engine.h).
 //
 // Conventions (every function):
-//   backend   "cuda": the rnn_gpu.h launchers (what the TensorFlow kernels call) on `stream`;
+//   backend   "cuda": the launchers of cc/block_lstm/gpu_launchers.h (what the TensorFlow
+//             kernels call) on `stream`;
 //             "host": LstmEngine<HostBackend, T> on the CPU (buffers are host memory).
 //   dtype     "half", "bfloat16", "float32" or "float64": the storage type of every buffer.
 //   stream    a cudaStream_t as a Python int (0: the legacy default stream); ignored on "host".

@@ -1,5 +1,5 @@
-"""Framework-neutral checks of the LSTM block-op engine (cc/gpu/lstm_engine.h) against the
-float64 NumPy reference (tests/reference.py).
+"""Framework-neutral checks of the LSTM block-op engine (cc/block_lstm/gpu_engine.h) against the
+float64 NumPy reference (tools/references/block_lstm.py).
 
 Used by tests/test_gpu_lstm_engine.py (backend "host", NumPy buffers) and by the GPU self-test
 (gpu_selftest.py: backend "cuda", torch CUDA tensors). The engine is reached through the
@@ -112,7 +112,8 @@ def reference_attrs(cfg, dtype):
 
 
 def random_inputs(rng, B, I, H, dtype, T=None, scale=1.0):
-    """tests/reference.py's random inputs (the CPU tests' distribution), rounded to dtype."""
+    """tools/references/block_lstm.py's random inputs (the CPU tests' distribution), rounded to
+    dtype."""
     p = ref.random_inputs(rng, B, I, H, T=T, scale=scale)
     return {k: round_to(v, dtype) for k, v in p.items()}
 

@@ -1,6 +1,6 @@
 // The CudnnRNN engine in the self-test module: sizes, the reserve header, forward and backprop.
-// backend "cuda" calls the launchers of cc/gpu/rnn_gpu.h (what the TensorFlow kernels call) on
-// the given stream; "host" runs RnnEngine<HostBackend, T> on the CPU (NumPy buffers).
+// backend "cuda" calls the launchers of cc/cudnn_rnn/gpu_launchers.h (what the TensorFlow kernels
+// call) on the given stream; "host" runs RnnEngine<HostBackend, T> on the CPU (NumPy buffers).
 //
 // Every entry point takes the model and run as keyword-friendly fields:
 //   mode ("lstm", "gru", "rnn_relu", "rnn_tanh"), num_layers, num_units, input_size, num_proj,

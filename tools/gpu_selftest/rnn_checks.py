@@ -1,14 +1,13 @@
-"""Checks of the CudnnRNN GPU engine (cc/gpu/cudnn_rnn_engine.h) against the float64 NumPy
-reference (tests/cudnn_reference.py), framework-neutral: the same functions run
+"""Checks of the CudnnRNN GPU engine (cc/cudnn_rnn/gpu_engine.h) against the float64 NumPy
+reference (tools/references/cudnn_rnn.py), framework-neutral: the same functions run
 
   - under pytest on machines without a GPU: backend "host", NumPy buffers (NumpyAllocator);
-  - in the GPU self-test (gpu_selftest.py): backend "cuda", torch CUDA tensors
-    (TorchAllocator), which calls the launchers of cc/gpu/rnn_gpu.h exactly as the TensorFlow
-    kernels do.
+  - in the GPU self-test (gpu_selftest.py): backend "cuda", torch CUDA tensors (TorchAllocator),
+    which calls the launchers of cc/cudnn_rnn/gpu_launchers.h exactly as the TensorFlow kernels do.
 
 The allocators and storage conversions are storage.py's.
 
-`module` is the built self-test module (cc/gpu/selftest/build.py's load()). Storage dtypes are
+`module` is the built self-test module (tools/gpu_selftest/build.py's load()). Storage dtypes are
 "half", "bfloat16" (held as uint16 bit patterns, rounded to nearest even), "float32" and
 "float64"; inputs are generated in float64, rounded once to the dtype, and the reference sees the
 rounded values, so a comparison measures only the engine's own arithmetic.

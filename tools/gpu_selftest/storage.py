@@ -25,7 +25,7 @@ interface, so every check runs unchanged on either:
 
 NumpyAllocator: host memory (256-byte aligned NumPy arrays) for backend "host".
 TorchAllocator: torch tensors; on a CUDA device for backend "cuda" (the launchers of
-cc/gpu/rnn_gpu.h on the allocator's stream), or on the CPU for backend "host".
+cc/<family>/gpu_launchers.h on the allocator's stream), or on the CPU for backend "host".
 """
 
 import contextlib

@@ -4,9 +4,9 @@ params buffer, comparisons of our engines with torch (cuDNN on a GPU), and the b
 torch is never imported here: every function that needs it takes the module as an argument, so
 the weight conversions (NumPy only) are usable and testable without it.
 
-Weights. torch's gate orders are cuDNN's canonical ones (spec cudnn_rnn.md §5): LSTM i, f, g, o
-= cuDNN i, f, c, o; GRU r, z, n = cuDNN r, u, h. For pseudo-layer p = l*D + d (suffix
-"_l{l}" plus "_reverse" for d = 1):
+Weights. torch's gate orders are cuDNN's canonical ones (docs/cudnn_rnn.md §4.1, §6.5):
+LSTM i, f, g, o = cuDNN i, f, c, o; GRU r, z, n = cuDNN r, u, h. For pseudo-layer p = l*D + d
+(suffix "_l{l}" plus "_reverse" for d = 1):
     weight_ih [G*H, in_l]   rows g*H..(g+1)*H are W_g       (in_l: I, then D*Hr)
     weight_hh [G*H, Hr]     rows g*H..(g+1)*H are R_g
     bias_ih   [G*H]         b_W, gate by gate
@@ -458,7 +458,7 @@ HOST_BENCH_SIZES = ((5, 4, 8, 16), (3, 2, 4, 8))
 # precision mode -> (engine dtype, TF32 allowed)
 PRECISIONS = {"fp32": ("float32", False), "tf32": ("float32", True), "fp16": ("half", False),
               "bf16": ("bfloat16", False)}
-# forward GEMM FLOPs per step and unit: performance.md §1.1 (backward = 2x forward)
+# forward GEMM FLOPs per step and unit: docs/performance.md §1.1 (backward = 2x forward)
 FLOPS_PER = {"lstm": 8, "gru": 6, "rnn_tanh": 2, "rnn_relu": 2}
 # sanity bound on ours vs torch at benchmark sizes (relative, max(1, max|torch|))
 BENCH_DIFF = {"fp32": 1e-3, "tf32": 5e-2, "fp16": 5e-2, "bf16": 2e-1}
@@ -662,7 +662,7 @@ def _bench_diff(torch, ours, outs, grads, problem, block):
 def bench_size(torch, module, alloc, timer, device, precision, mode, T, B, I, H, warmup, repeat,
                log=print):
     """Benchmark rows (dicts) for one model and size: torch.nn, our CudnnRNNV3 and, for LSTM,
-    our BlockLSTMV2; times in ms (median), GFLOP/s by performance.md's convention."""
+    our BlockLSTMV2; times in ms (median), GFLOP/s by the convention of docs/performance.md §1.1."""
     dtype = PRECISIONS[precision][0]
     prob = BenchProblem(torch, device, mode, T, B, I, H, dtype)
     flops = prob.flops()

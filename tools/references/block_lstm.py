@@ -1,9 +1,9 @@
 """Float64 NumPy reference for the LSTM block ops, written from their specification,
 docs/block_lstm.md.
 
-Conventions (spec §1): W is [I+H, 4H] (rows 0..I-1 multiply x, the rest h_prev); the 4H axis is
-split into four H-wide blocks whose order is the *layout*: "ICFO" (LSTMBlockCell, BlockLSTM) or
-"IFCO" (BlockLSTMV2). Sequence tensors are time-major [T, B, *].
+Conventions (docs/block_lstm.md §1): W is [I+H, 4H] (rows 0..I-1 multiply x, the rest h_prev); the
+4H axis is split into four H-wide blocks whose order is the *layout*: "ICFO" (LSTMBlockCell,
+BlockLSTM) or "IFCO" (BlockLSTMV2). Sequence tensors are time-major [T, B, *].
 
 Every function takes and returns float64 arrays. Outputs are dicts keyed by the op's output names.
 """
@@ -16,7 +16,7 @@ SEQ_GRAD_NAMES = (
 )
 CELL_GRAD_NAMES = ("cs_prev_grad", "dicfo", "wci_grad", "wcf_grad", "wco_grad")
 
-# Position of each gate's H-wide block on the 4H axis (spec §1).
+# Position of each gate's H-wide block on the 4H axis (docs/block_lstm.md §1.2).
 LAYOUTS = {
     "ICFO": {"i": 0, "c": 1, "f": 2, "o": 3},
     "IFCO": {"i": 0, "f": 1, "c": 2, "o": 3},
@@ -64,7 +64,7 @@ def icfo_to_ifco(a):
 
 
 # --------------------------------------------------------------------------------------------
-# §4: one cell step
+# docs/block_lstm.md §4: one cell step
 # --------------------------------------------------------------------------------------------
 
 def lstm_cell(x, cs_prev, h_prev, w, wci, wcf, wco, b, forget_bias=1.0, cell_clip=3.0,
@@ -88,13 +88,13 @@ def lstm_cell(x, cs_prev, h_prev, w, wci, wcf, wco, b, forget_bias=1.0, cell_cli
 
 
 # --------------------------------------------------------------------------------------------
-# §6.1: one cell step backward (element-wise part)
+# docs/block_lstm.md §6.1: one cell step backward (element-wise part)
 # --------------------------------------------------------------------------------------------
 
 def lstm_cell_grad(cs_prev, i, cs, f, o, ci, co, cs_grad, h_grad, wci, wcf, wco,
                    use_peephole, layout="ICFO", i_grad=0.0, f_grad=0.0, o_grad=0.0,
                    ci_grad=0.0, co_grad=0.0):
-    """What LSTMBlockCellGrad computes (spec §6.1), from stored activations.
+    """What LSTMBlockCellGrad computes (docs/block_lstm.md §6.1), from stored activations.
 
     cs_grad / h_grad: total dL/dcs, dL/dh. The optional i_grad .. co_grad are direct loss
     gradients on the other outputs (zero for the op; used for the all-outputs true gradient).
@@ -124,7 +124,8 @@ def lstm_cell_grad(cs_prev, i, cs, f, o, ci, co, cs_grad, h_grad, wci, wcf, wco,
 
 
 def cell_input_grads(x, h_prev, w, dgates):
-    """§6.3: gradients of the inputs that enter through G = [x, h_prev] . W + b."""
+    """docs/block_lstm.md §6.3: gradients of the inputs that enter through
+    G = [x, h_prev] . W + b."""
     I = x.shape[1]
     xh = np.concatenate([x, h_prev], axis=1)
     xh_grad = dgates @ w.T
@@ -152,7 +153,7 @@ def lstm_cell_vjp(x, cs_prev, h_prev, w, wci, wcf, wco, b, out_grads, forget_bia
 
 
 # --------------------------------------------------------------------------------------------
-# §5: sequence forward
+# docs/block_lstm.md §5: sequence forward
 # --------------------------------------------------------------------------------------------
 
 def block_lstm(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, forget_bias=1.0,
@@ -175,13 +176,14 @@ def block_lstm(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, forget_bias
 
 
 # --------------------------------------------------------------------------------------------
-# §6.2: sequence backward
+# docs/block_lstm.md §6.4: sequence backward
 # --------------------------------------------------------------------------------------------
 
 def block_lstm_grad(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, h,
                     cs_grad, h_grad, use_peephole, layout="ICFO", i_grad=None, f_grad=None,
                     o_grad=None, ci_grad=None, co_grad=None):
-    """BlockLSTMGrad (ICFO) / BlockLSTMGradV2 (IFCO) from stored activations (spec §6.2).
+    """BlockLSTMGrad (ICFO) / BlockLSTMGradV2 (IFCO) from stored activations
+    (docs/block_lstm.md §6.4).
 
     Only t < seq_len_max is read from the activations and gradients. The optional i_grad ..
     co_grad ([T, B, H]) are direct loss gradients on those outputs (not an op input; used for

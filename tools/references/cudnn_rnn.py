@@ -2,15 +2,15 @@
 docs/cudnn_rnn.md.
 
     cfg = Cfg("lstm", num_layers=2, num_units=4, input_size=3, direction="bidirectional")
-    weights, biases = random_canonical(rng, cfg)        # canonical lists (spec 5.1)
-    params = canonical_to_params(cfg, weights, biases)  # opaque buffer (spec 5.2)
+    weights, biases = random_canonical(rng, cfg)        # canonical lists (docs/cudnn_rnn.md §6.1)
+    params = canonical_to_params(cfg, weights, biases)  # opaque buffer (docs/cudnn_rnn.md §6.2)
     out = forward(cfg, x, h0, c0, params, seq_lengths=lens, time_major=False)
     grads = backward(cfg, x, h0, c0, params, dy, dh, dc, seq_lengths=lens, time_major=False)
 
-Layouts are TF's (spec 2): time-major input [T, B, I], output [T, B, D*Hr], states [L*D, B, n];
-batch-major input [B, T, I], output [B, T, D*Hr], states *labelled* [B, L*D, n] whose raw memory is
-read (and written) as [L*D, B, n] (TF's reinterpretation quirk). Non-LSTM modes never read
-input_c and return output_c / input_c_backprop as the scalar 0.
+Layouts are TF's (docs/cudnn_rnn.md §3): time-major input [T, B, I], output [T, B, D*Hr], states
+[L*D, B, n]; batch-major input [B, T, I], output [B, T, D*Hr], states *labelled* [B, L*D, n] whose
+raw memory is read (and written) as [L*D, B, n] (TF's reinterpretation quirk). Non-LSTM modes never
+read input_c and return output_c / input_c_backprop as the scalar 0.
 """
 
 import dataclasses
@@ -24,7 +24,7 @@ INPUT_MODES = ("linear_input", "skip_input", "auto_select")
 
 
 # ----------------------------------------------------------------------------------------------
-# configuration and parameter layout (spec 5)
+# configuration and parameter layout (docs/cudnn_rnn.md §6)
 # ----------------------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
@@ -91,8 +91,8 @@ def cfg_params_size(cfg):
 
 
 def canonical_shapes(cfg):
-    """(weight shapes, bias shapes) in canonical order (spec 5.1): for p = l*D + d ascending,
-    W_0..W_{G-1} [H, in_l], R_0..R_{G-1} [H, Hr], (projection) Pmat [P, H]; biases
+    """(weight shapes, bias shapes) in canonical order (docs/cudnn_rnn.md §6.1): for p = l*D + d
+    ascending, W_0..W_{G-1} [H, in_l], R_0..R_{G-1} [H, Hr], (projection) Pmat [P, H]; biases
     bW_0..bW_{G-1}, bR_0..bR_{G-1}, each [H]."""
     weights, biases = [], []
     for l in range(cfg.L):
@@ -105,8 +105,9 @@ def canonical_shapes(cfg):
 
 
 def canonical_to_params(cfg, weights, biases):
-    """Opaque buffer (spec 5.2): every matrix of every pseudo-layer, row-major, in canonical
-    order, then every bias in canonical order. Skip-input layer-0 W matrices are [H, 0]."""
+    """Opaque buffer (docs/cudnn_rnn.md §6.2): every matrix of every pseudo-layer, row-major, in
+    canonical order, then every bias in canonical order. Skip-input layer-0 W matrices are
+    [H, 0]."""
     wshapes, bshapes = canonical_shapes(cfg)
     assert [np.shape(w) for w in weights] == wshapes, ([np.shape(w) for w in weights], wshapes)
     assert [np.shape(b) for b in biases] == bshapes
@@ -173,7 +174,7 @@ def pack(cfg, layers):
 
 
 # ----------------------------------------------------------------------------------------------
-# Keras 3 weight mappings (spec 5.5)
+# Keras 3 weight mappings (docs/cudnn_rnn.md §6.5)
 # ----------------------------------------------------------------------------------------------
 
 def keras_lstm_canonical(kernel, recurrent_kernel, bias):
@@ -198,7 +199,7 @@ def keras_gru_canonical(kernel, recurrent_kernel, bias):
 
 
 def keras_lstm_to_params(kernel, recurrent_kernel, bias):
-    """Single-layer unidirectional lstm params from Keras LSTM weights (spec 5.5)."""
+    """Single-layer unidirectional lstm params from Keras LSTM weights (docs/cudnn_rnn.md §6.5)."""
     cfg = Cfg("lstm", 1, recurrent_kernel.shape[0], kernel.shape[0])
     return canonical_to_params(cfg, *keras_lstm_canonical(kernel, recurrent_kernel, bias))
 
@@ -222,7 +223,7 @@ def keras_to_params(cfg, per_pseudo_layer):
 
 
 # ----------------------------------------------------------------------------------------------
-# forward (spec 3, 4)
+# forward (docs/cudnn_rnn.md §4, §5)
 # ----------------------------------------------------------------------------------------------
 
 def sigmoid(z):
@@ -341,7 +342,7 @@ def forward(cfg, x, h0, c0, params, seq_lengths=None, time_major=True, dropout=0
 
 
 # ----------------------------------------------------------------------------------------------
-# backward (spec 6)
+# backward (docs/cudnn_rnn.md §7)
 # ----------------------------------------------------------------------------------------------
 
 def _step_backward(cfg, lay, cache, dh, dc, grads):

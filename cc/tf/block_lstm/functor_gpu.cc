@@ -1,6 +1,6 @@
-// GPU functors of the LSTM block ops: thin bindings over the launchers of cc/gpu/launchers.h (the
-// op's stream, scratch from ctx->allocate_temp, Eigen::half/bfloat16 as __half/__nv_bfloat16).
-// Never synchronises.
+// GPU functors of the LSTM block ops: thin bindings over the launchers of
+// cc/block_lstm/gpu_launchers.h (the op's stream, scratch from ctx->allocate_temp,
+// Eigen::half/bfloat16 as __half/__nv_bfloat16). Never synchronises.
 #include "cc/block_lstm/gpu_launchers.h"
 #include "cc/tf/block_lstm/functor.h"
 #include "cc/tf/device.h"

@@ -1,6 +1,7 @@
-// Op definitions: the six LSTM block ops under our namespace, with TF's exact input, output and
-// attr names (a core name would be silently ignored by TF's loader), and shape functions that
-// merge every fact about B, I, H visible at graph construction.
+// Op definitions: the seven LSTM block ops under our namespace (a core name would be silently
+// ignored by TF's loader): TF's six, with TF's exact input, output and attr names, and our own
+// BlockLSTMFullGrad (docs/block_lstm.md §6.5); and shape functions that merge every fact about
+// B, I, H visible at graph construction.
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"

@@ -1,6 +1,7 @@
 // GPU functors of the CudnnRNN family: thin bindings over gpu::RnnForward / gpu::RnnBackward
-// (cc/gpu/rnn_gpu.h) on the op's stream, with scratch from ctx->allocate_temp. The reserve space
-// (training) or the inference workspace is allocated by the kernel; the engine writes its header.
+// (cc/cudnn_rnn/gpu_launchers.h) on the op's stream, with scratch from ctx->allocate_temp. The
+// reserve space (training) or the inference workspace is allocated by the kernel; the engine writes
+// its header.
 #define EIGEN_USE_THREADS
 
 #include "cc/cudnn_rnn/gpu_launchers.h"

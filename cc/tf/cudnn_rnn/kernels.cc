@@ -111,7 +111,8 @@ struct RnnAttrs {
   std::string mode_name;
 };
 
-// The model and run sizes of a forward or backprop call, validated (docs/cudnn_rnn.md §3, docs/validation.md §4.2).
+// The model and run sizes of a forward or backprop call, validated (docs/cudnn_rnn.md §3,
+// docs/validation.md §4.2).
 absl::Status ResolveRun(const RnnAttrs& attrs, const Tensor& input, const Tensor& input_h,
                         const Tensor& input_c, const Tensor& params, const Tensor* seq_lengths,
                         RnnModel* m, RnnRun* run) {
@@ -469,8 +470,8 @@ class CudnnRNNParamsSizeOp : public OpKernel {
   RnnAttrs attrs_;
 };
 
-// One canonical tensor (docs/cudnn_rnn.md §6.1): which output/input list entry it is, where it lives in
-// params, and its shape ([rows, cols] for weights, [rows] for biases).
+// One canonical tensor (docs/cudnn_rnn.md §6.1): which output/input list entry it is, where it
+// lives in params, and its shape ([rows, cols] for weights, [rows] for biases).
 struct CanonicalRegion {
   bool is_weight;
   int index;  // in the weights or the biases list

@@ -1,6 +1,6 @@
 // Op definitions of the CudnnRNN family under our namespace, with TF's exact inputs, outputs and
 // attrs (order included, so the generated Python signatures equal tf.raw_ops'). The same
-// kernels are also registered for TF's own op names on CPU (cc/kernels/cudnn_rnn_ops.cc).
+// kernels are also registered for TF's own op names on CPU (kernels.cc beside this file).
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
