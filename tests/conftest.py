@@ -120,7 +120,8 @@ def nvcc():
 @pytest.fixture(scope="session")
 def selftest_module(nvcc):
     """The GPU self-test module (tools/gpu_selftest), built with nvcc for sm_80 and loaded once per
-    session; shared by tests/test_gpu_lstm_engine.py and tests/test_gpu_rnn_engine.py."""
+    session; shared by tests/test_gpu_block_lstm_engine.py and
+    tests/test_gpu_cudnn_rnn_engine.py."""
     from tools.gpu_selftest import build
 
     return build.load(arch="80")

@@ -735,8 +735,9 @@ struct RnnEngine {
   // (blocks == 0: the per-step path); gpu_launchers.h's RnnForwardPath, which reports it.
   using PersistentPlan = RnnForwardPath;
 
-  // Test-only switch (documented in tests/test_gpu_rnn_engine.py): TF_LSTM_OPS_RNN_PERSISTENT=0
-  // takes the per-step path always, so the tests can compare the two paths.
+  // Test-only switch (documented in tests/test_gpu_cudnn_rnn_engine.py):
+  // TF_LSTM_OPS_RNN_PERSISTENT=0 takes the per-step path always, so the tests can compare the two
+  // paths.
   static bool PersistentDisabled() {
     const char* value = std::getenv("TF_LSTM_OPS_RNN_PERSISTENT");
     return value != nullptr && std::strcmp(value, "0") == 0;

@@ -53,8 +53,8 @@ auto WithDtype(const std::string& dtype, Fn fn) {
   throw pybind11::value_error("dtype must be half, bfloat16, float32 or float64, not " + dtype);
 }
 
-void RegisterLstm(pybind11::module_& m);  // lstm_bindings.cu.cc
-void RegisterRnn(pybind11::module_& m);   // rnn_bindings.cu.cc
+void RegisterLstm(pybind11::module_& m);  // block_lstm_bindings.cu.cc
+void RegisterRnn(pybind11::module_& m);   // cudnn_rnn_bindings.cu.cc
 
 }  // namespace selftest
 }  // namespace gpu

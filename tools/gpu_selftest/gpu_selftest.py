@@ -15,7 +15,8 @@ With --backend cuda (the default; needs nvcc, pybind11, NumPy and PyTorch with C
      with it; then module.initialize() (driver check, cuBLAS) must succeed;
   3. correctness, every dtype (half, bfloat16, float32, float64), torch tensors as buffers on one
      stream:
-       - the LSTM block-op and CudnnRNN engine suites (lstm_checks.py, rnn_checks.py) against the
+       - the LSTM block-op and CudnnRNN engine suites (block_lstm_checks.py,
+                                                       cudnn_rnn_checks.py) against the
          float64 NumPy references (tools/references/block_lstm.py, cudnn_rnn.py);
        - repeat runs bitwise equal;
        - the CudnnRNN engine against torch.nn.LSTM (also proj_size), GRU and RNN (tanh, relu):
@@ -71,9 +72,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 if ROOT not in sys.path:  # run as a script: make the repo's tools.gpu_selftest importable
     sys.path.insert(0, ROOT)
-from tools.gpu_selftest import build, lstm_checks, rnn_checks, storage  # noqa: E402
+from tools.gpu_selftest import build, block_lstm_checks, cudnn_rnn_checks, storage  # noqa: E402
 
-R = rnn_checks.R  # tools/references/cudnn_rnn.py
+R = cudnn_rnn_checks.R  # tools/references/cudnn_rnn.py
 
 DTYPES = storage.DTYPES
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
@@ -345,45 +346,50 @@ def _lengths_with_empty(T, B):
 
 
 LARGE_LSTM_CONFIGS = [
-    lstm_checks.config(7, 67, 37, 130, 6, "ICFO", 1.0, 3.0, True),
-    lstm_checks.config(9, 40, 64, 96, 9, "IFCO", 0.0, 0.0, False),
-    lstm_checks.config(5, 300, 16, 33, 4, "IFCO", 0.0, 0.8, True),  # > 256 peephole chunks
+    block_lstm_checks.config(7, 67, 37, 130, 6, "ICFO", 1.0, 3.0, True),
+    block_lstm_checks.config(9, 40, 64, 96, 9, "IFCO", 0.0, 0.0, False),
+    block_lstm_checks.config(5, 300, 16, 33, 4, "IFCO", 0.0, 0.8, True),  # > 256 peephole chunks
 ]
 LARGE_RNN_CASES = [
-    rnn_checks.Case("lstm", 2, 48, 20, "bidirectional", 24, time_major=False, time=9, batch=37,
+    cudnn_rnn_checks.Case("lstm", 2, 48, 20, "bidirectional", 24, time_major=False, time=9,
+                          batch=37,
                     lengths=_lengths_with_empty(9, 37)),
-    rnn_checks.Case("gru", 2, 64, 33, "bidirectional", time=10, batch=40,
+    cudnn_rnn_checks.Case("gru", 2, 64, 33, "bidirectional", time=10, batch=40,
                     lengths=_lengths_with_empty(10, 40)),
-    rnn_checks.Case("rnn_relu", 2, 40, 40, "unidirectional", skip_input=True, time=8, batch=30),
-    rnn_checks.Case("rnn_tanh", 3, 32, 17, "bidirectional", time_major=False, time=6, batch=25,
+    cudnn_rnn_checks.Case("rnn_relu", 2, 40, 40, "unidirectional", skip_input=True, time=8,
+                          batch=30),
+    cudnn_rnn_checks.Case("rnn_tanh", 3, 32, 17, "bidirectional", time_major=False, time=6,
+                          batch=25,
                     dropout=0.5, seed=5, call=2),
 ]
 
 
 def group_lstm_reference(ctx):
-    configs = lstm_checks.seq_configs(1 if ctx.quick else None)
+    configs = block_lstm_checks.seq_configs(1 if ctx.quick else None)
     if not ctx.quick:
-        configs += [lstm_checks.config(6, 3, 4, 5, L, "IFCO", 0.0, 0.9, True) for L in range(7)]
+        configs += [block_lstm_checks.config(6, 3, 4, 5, L, "IFCO", 0.0, 0.9,
+                                             True) for L in range(7)]
         configs += LARGE_LSTM_CONFIGS
-    failed = lstm_checks.run_all(ctx.module, ctx.alloc, ctx.dtypes, configs, log=indent)
+    failed = block_lstm_checks.run_all(ctx.module, ctx.alloc, ctx.dtypes, configs, log=indent)
     n = 4 * len(configs) * len(ctx.dtypes)
     return failed == 0, "%d checks (%d configs x %d dtypes x fwd/bwd/full bwd/cell bwd), %d " \
         "failed" % (n, len(configs), len(ctx.dtypes), failed)
 
 
 def group_lstm_determinism(ctx):
-    configs = [lstm_checks.config(5, 3, 4, 6, 4, "ICFO", 1.0, 0.6, True),
-               lstm_checks.config(3, 20, 2, 3, 3, "IFCO", 0.0, 0.0, True)]
+    configs = [block_lstm_checks.config(5, 3, 4, 6, 4, "ICFO", 1.0, 0.6, True),
+               block_lstm_checks.config(3, 20, 2, 3, 3, "IFCO", 0.0, 0.0, True)]
     if not ctx.quick:
-        configs.append(lstm_checks.config(16, 64, 48, 96, 16, "IFCO", 0.0, 0.0, True))
+        configs.append(block_lstm_checks.config(16, 64, 48, 96, 16, "IFCO", 0.0, 0.0, True))
     failed = n = 0
     for dtype in ctx.dtypes:
         for cfg in configs:
-            _, problems = lstm_checks.check_deterministic(ctx.module, ctx.alloc, dtype, cfg)
+            _, problems = block_lstm_checks.check_deterministic(ctx.module, ctx.alloc, dtype, cfg)
             n += 1
             if problems:
                 failed += 1
-                indent("FAIL %s %s: %s" % (dtype, lstm_checks.config_id(cfg), "; ".join(problems)))
+                indent("FAIL %s %s: %s" % (dtype, block_lstm_checks.config_id(cfg),
+                                           "; ".join(problems)))
     return failed == 0, "%d forward + full backward pairs, %d differ" % (n, failed)
 
 
@@ -398,7 +404,7 @@ def _rnn_try(what, fn, failures):
 
 
 def group_rnn_reference(ctx):
-    cases = rnn_checks.engine_cases()
+    cases = cudnn_rnn_checks.engine_cases()
     if ctx.quick:
         cases = cases[::4]
     else:
@@ -407,25 +413,27 @@ def group_rnn_reference(ctx):
     n = 0
     for dtype in ctx.dtypes:
         worst = {}
-        rng = np.random.default_rng(lstm_checks.seed_for("rnn", dtype))
+        rng = np.random.default_rng(block_lstm_checks.seed_for("rnn", dtype))
         for case in cases:
             errors = _rnn_try("%s %s" % (dtype, case.name),
-                              lambda: rnn_checks.check_case(ctx.module, ctx.alloc, case, dtype, rng),
+                              lambda: cudnn_rnn_checks.check_case(ctx.module, ctx.alloc, case,
+                                                                  dtype, rng),
                               failures)
             n += 1
             for k, v in (errors or {}).items():
                 worst[k] = max(worst.get(k, 0.0), v)
-        for case in rnn_checks.empty_cases():
+        for case in cudnn_rnn_checks.empty_cases():
             _rnn_try("%s %s (empty)" % (dtype, case.name),
-                     lambda: rnn_checks.check_empty(ctx.module, ctx.alloc, case, dtype, rng),
+                     lambda: cudnn_rnn_checks.check_empty(ctx.module, ctx.alloc, case, dtype, rng),
                      failures)
             n += 1
         for mode in (("lstm", "gru") if ctx.quick else R.MODES):
-            case = rnn_checks.Case(mode, 2, 4, 3, "bidirectional", 2 if mode == "lstm" else 0,
-                                   lengths=rnn_checks.VARLEN,
+            case = cudnn_rnn_checks.Case(mode, 2, 4, 3, "bidirectional", 2 if mode == "lstm" else 0,
+                                   lengths=cudnn_rnn_checks.VARLEN,
                                    dropout=0.5 if mode == "gru" else 0.0)
             _rnn_try("%s %s (reserve header mismatch)" % (dtype, case.name),
-                     lambda: rnn_checks.check_header_mismatch(ctx.module, ctx.alloc, case, dtype,
+                     lambda: cudnn_rnn_checks.check_header_mismatch(ctx.module, ctx.alloc, case,
+                                                                    dtype,
                                                               rng), failures)
             n += 1
         if worst:
@@ -436,19 +444,22 @@ def group_rnn_reference(ctx):
 
 
 def group_rnn_determinism(ctx):
-    cases = [rnn_checks.Case("lstm", 2, 4, 3, "bidirectional", 2, time_major=False,
-                             lengths=rnn_checks.VARLEN, dropout=0.5, seed=11),
-             rnn_checks.Case("gru", 2, 5, 3, "bidirectional", lengths=rnn_checks.VARLEN)]
+    cases = [cudnn_rnn_checks.Case("lstm", 2, 4, 3, "bidirectional", 2, time_major=False,
+                             lengths=cudnn_rnn_checks.VARLEN, dropout=0.5, seed=11),
+             cudnn_rnn_checks.Case("gru", 2, 5, 3, "bidirectional",
+                                   lengths=cudnn_rnn_checks.VARLEN)]
     if not ctx.quick:
-        cases.append(rnn_checks.Case("lstm", 2, 128, 64, "bidirectional", 32, time=16, batch=32,
+        cases.append(cudnn_rnn_checks.Case("lstm", 2, 128, 64, "bidirectional", 32, time=16,
+                                           batch=32,
                                      lengths=_lengths_with_empty(16, 32), dropout=0.25, seed=3))
     failures = []
     n = 0
     for dtype in ctx.dtypes:
-        rng = np.random.default_rng(lstm_checks.seed_for("rnn-det", dtype))
+        rng = np.random.default_rng(block_lstm_checks.seed_for("rnn-det", dtype))
         for case in cases:
             _rnn_try("%s %s" % (dtype, case.name),
-                     lambda: rnn_checks.check_deterministic(ctx.module, ctx.alloc, case, dtype,
+                     lambda: cudnn_rnn_checks.check_deterministic(ctx.module, ctx.alloc, case,
+                                                                  dtype,
                                                             rng), failures)
             n += 1
     return not failures, "%d forward (workspace included) + backward pairs, %d differ" % (
@@ -461,7 +472,7 @@ def _torch_group(ctx, items, check, label):
     failed = n = notes = 0
     for dtype in ctx.dtypes:
         worst = {}
-        rng = np.random.default_rng(lstm_checks.seed_for("torch", label, dtype))
+        rng = np.random.default_rng(block_lstm_checks.seed_for("torch", label, dtype))
         for item in items:
             name = item.name if hasattr(item, "name") else "T%dB%dI%dH%d" % item
             n += 1

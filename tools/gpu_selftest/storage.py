@@ -1,5 +1,5 @@
-"""Storage types and buffer allocators of the GPU self-test, shared by lstm_checks.py,
-rnn_checks.py and gpu_selftest.py (NumPy only; torch is imported lazily by TorchAllocator).
+"""Storage types and buffer allocators of the GPU self-test, shared by block_lstm_checks.py,
+cudnn_rnn_checks.py and gpu_selftest.py (NumPy only; torch is imported lazily by TorchAllocator).
 
 Storage dtypes are the engines' names: "half", "bfloat16", "float32", "float64". bfloat16 has no
 NumPy dtype: it travels as uint16 bit patterns, rounded to nearest even from float32 (float64

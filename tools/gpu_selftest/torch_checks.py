@@ -17,7 +17,8 @@ row-major, followed by [bias_ih, bias_hh] of every pseudo-layer.
 BlockLSTMV2 (IFCO, no peephole, forget_bias 0, no clipping) from a single-layer torch.nn.LSTM:
 w = [weight_ihᵀ; weight_hhᵀ] ([I+H, 4H], columns i, f, c, o), b = bias_ih + bias_hh.
 
-Comparisons (check functions return (errors, problems) like lstm_checks: problems empty = pass).
+Comparisons (check functions return (errors,
+                                     problems) like block_lstm_checks: problems empty = pass).
 Inputs are generated in float64 and rounded once to the dtype; torch runs the same rounded values
 in the dtype and in float64. Errors are max|a - b| / max(1, max|b|) against torch's float64
 result; ours must be within max(floor[dtype], 4 x torch's own error in that dtype), and equal to
@@ -33,7 +34,7 @@ from unittest import mock
 import numpy as np
 
 from tools.references import cudnn_rnn as R
-from tools.gpu_selftest import lstm_checks, rnn_checks, storage
+from tools.gpu_selftest import block_lstm_checks, cudnn_rnn_checks, storage
 
 DTYPES = storage.DTYPES
 # ours vs torch float64, relative to max(1, max|expected|): at least this much is allowed ...
@@ -290,8 +291,8 @@ class TorchCase:
         return "_".join(parts)
 
     def engine_case(self):
-        """The same run as an rnn_checks.Case (the engine's binding arguments)."""
-        return rnn_checks.Case(self.mode, self.num_layers, self.num_units, self.input_size,
+        """The same run as an cudnn_rnn_checks.Case (the engine's binding arguments)."""
+        return cudnn_rnn_checks.Case(self.mode, self.num_layers, self.num_units, self.input_size,
                                self.direction, self.num_proj, time_major=not self.batch_first,
                                time=self.time, batch=self.batch, lengths=self.lengths)
 
@@ -373,15 +374,16 @@ def check_rnn_vs_torch(module, alloc, torch, device, case, dtype, rng):
                                             dtype, tin, cot, weights), problems, dtype)
         theirs = None if res is None else _torch_as_ours(cfg, res)
     ecase = case.engine_case()
-    fwd = rnn_checks.run_forward(module, alloc, ecase, dtype, inp)
-    bwd = rnn_checks.run_backward(module, alloc, ecase, dtype, inp, cot, fwd["workspace_buffer"])
+    fwd = cudnn_rnn_checks.run_forward(module, alloc, ecase, dtype, inp)
+    bwd = cudnn_rnn_checks.run_backward(module, alloc, ecase, dtype, inp, cot,
+                                        fwd["workspace_buffer"])
     ours = dict(fwd, **bwd)
     hard = []
     errors = judge(ours, theirs, exact, dtype, OUTPUT_NAMES + GRAD_NAMES, hard)
     if case.lengths is not None:
-        if not rnn_checks._padded_zero(ours["output"], case.lengths, not case.batch_first):
+        if not cudnn_rnn_checks._padded_zero(ours["output"], case.lengths, not case.batch_first):
             hard.append("output not zero past a sequence's length")
-        if not rnn_checks._padded_zero(ours["input_backprop"], case.lengths,
+        if not cudnn_rnn_checks._padded_zero(ours["input_backprop"], case.lengths,
                                        not case.batch_first):
             hard.append("input_backprop not zero past a sequence's length")
     return errors, hard + problems
@@ -429,16 +431,16 @@ def check_block_lstm_vs_torch(module, alloc, torch, device, shape, dtype, rng):
     zeros = np.zeros(H)
     inputs = dict(x=tin["input"], cs_prev=tin["input_c"][0], h_prev=tin["input_h"][0], w=w,
                   wci=zeros, wcf=zeros, wco=zeros, b=r(b, dtype))
-    bcfg = lstm_checks.config(T, B, I, H, T, "IFCO", 0.0, 0.0, False)
+    bcfg = block_lstm_checks.config(T, B, I, H, T, "IFCO", 0.0, 0.0, False)
     hard = []
-    acts = lstm_checks.run_forward(module, alloc, dtype, inputs, bcfg, hard)
+    acts = block_lstm_checks.run_forward(module, alloc, dtype, inputs, bcfg, hard)
     # torch's cotangents as BlockLSTM's output gradients: dh / dc enter at the last step
     h_grad = cot["dy"].copy()
     h_grad[T - 1] += cot["dh"][0]
     cs_grad = np.zeros((T, B, H))
     cs_grad[T - 1] = cot["dc"][0]
     case = dict(inputs, **acts, h_grad=r(h_grad, dtype), cs_grad=r(cs_grad, dtype))
-    grads = lstm_checks.run_backward(module, alloc, dtype, case, bcfg, hard)
+    grads = block_lstm_checks.run_backward(module, alloc, dtype, case, bcfg, hard)
     ours = dict(output=acts["h"], output_h=acts["h"][T - 1:], output_c=acts["cs"][T - 1:],
                 input_backprop=grads["x_grad"], input_h_backprop=grads["h_prev_grad"][None],
                 input_c_backprop=grads["cs_prev_grad"][None], w_grad=grads["w_grad"],
@@ -590,7 +592,7 @@ class BenchProblem:
     def engine_kwargs(self):
         """The CudnnRNN engine's model and run fields (uni, one layer, time-major, full
         lengths)."""
-        return rnn_checks.Case(self.mode, 1, self.H, self.I, "unidirectional", time=self.T,
+        return cudnn_rnn_checks.Case(self.mode, 1, self.H, self.I, "unidirectional", time=self.T,
                                batch=self.B).model_kwargs()
 
     # ---- ours: BlockLSTMV2 ----
@@ -607,7 +609,7 @@ class BenchProblem:
             cs_grad[T - 1] = self.dc[0]
         d = self.dtype
         zeros = torch.zeros(H, dtype=w.dtype, device=w.device)
-        acts = {k: alloc.empty((T, B, H), d) for k in lstm_checks.OUTPUTS}
+        acts = {k: alloc.empty((T, B, H), d) for k in block_lstm_checks.OUTPUTS}
         attrs = ("IFCO", 0.0, 0.0, False)
         fs = alloc.scratch(module.lstm_forward_scratch_bytes(alloc.backend, d, T, B, I, H,
                                                              *attrs, T))
@@ -689,7 +691,7 @@ def bench_size(torch, module, alloc, timer, device, precision, mode, T, B, I, H,
         if not block:
             path = module.rnn_forward_path(alloc.backend, dtype, **prob.engine_kwargs())["path"]
             if path == "persistent":
-                with mock.patch.dict(os.environ, {rnn_checks.PERSISTENT_ENV: "0"}):
+                with mock.patch.dict(os.environ, {cudnn_rnn_checks.PERSISTENT_ENV: "0"}):
                     per_step_fwd = timer.median_ms(fwd, warmup, repeat)
         both()
         timer.sync()

@@ -35,7 +35,7 @@ HEADER_BYTES = 64
 
 # ------------------------------------------------------------------------------------------------
 # storage types and allocators (where the engine's buffers live): storage.py, shared with
-# lstm_checks.py
+# block_lstm_checks.py
 # ------------------------------------------------------------------------------------------------
 
 rounded = storage.rounded

@@ -4,7 +4,7 @@ The self-test module (tools/gpu_selftest, built with nvcc by build.py; no Tensor
 the engine with HostBackend: the same element-wise functors, step order, GEMM transposes and scratch
 carving as on the device, executed on the CPU. Every op is compared with the float64 reference
 (tools/references/block_lstm.py) at the CPU kernels' tolerances, for every storage type, through
-tools/gpu_selftest/lstm_checks.py, the checks a GPU self-test runs with backend "cuda".
+tools/gpu_selftest/block_lstm_checks.py, the checks a GPU self-test runs with backend "cuda".
 Skipped only when nvcc is missing.
 """
 
@@ -12,7 +12,7 @@ Skipped only when nvcc is missing.
 import numpy as np
 import pytest
 
-from tools.gpu_selftest import lstm_checks as checks  # noqa: E402  (pytest.ini: repo on sys.path)
+from tools.gpu_selftest import block_lstm_checks as checks  # noqa: E402  (repo on sys.path)
 
 DTYPES = checks.DTYPES
 SHAPES = checks.SEQ_SHAPES

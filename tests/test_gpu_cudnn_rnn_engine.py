@@ -1,6 +1,6 @@
 """The CudnnRNN GPU engine (cc/cudnn_rnn/gpu_engine.h) without a GPU: the self-test module built
 with nvcc (tools/gpu_selftest/build.py) runs the engine on its HostBackend (the same engine code,
-the CUDA calls executed on the CPU) and tools/gpu_selftest/rnn_checks.py compares it with the
+the CUDA calls executed on the CPU) and tools/gpu_selftest/cudnn_rnn_checks.py compares it with the
 float64 reference in every dtype, and with the CPU TensorFlow op, whose reserve-space format it
 shares."""
 
@@ -11,7 +11,7 @@ import pytest
 
 from tools.references import cudnn_rnn as R
 
-from tools.gpu_selftest import rnn_checks as C  # noqa: E402  (pytest.ini: repo on sys.path)
+from tools.gpu_selftest import cudnn_rnn_checks as C  # noqa: E402  (pytest.ini: repo on sys.path)
 
 CASES = C.engine_cases()
 

@@ -1,7 +1,7 @@
 """Framework-neutral checks of the LSTM block-op engine (cc/block_lstm/gpu_engine.h) against the
 float64 NumPy reference (tools/references/block_lstm.py).
 
-Used by tests/test_gpu_lstm_engine.py (backend "host", NumPy buffers) and by the GPU self-test
+Used by tests/test_gpu_block_lstm_engine.py (backend "host", NumPy buffers) and by the GPU self-test
 (gpu_selftest.py: backend "cuda", torch CUDA tensors). The engine is reached through the
 self-test module (build.py) and an *allocator* that owns the buffers: storage.py's
 NumpyAllocator (alias HostAlloc) or TorchAllocator; see storage.py for the interface and for the
@@ -34,7 +34,7 @@ FORWARD_TOL = {"float64": 1e-10, "float32": 1e-5, "half": 3e-3, "bfloat16": 3e-2
 BACKWARD_TOL = {"float64": 1e-10, "float32": 1e-5, "half": 1e-2, "bfloat16": 3e-2}
 
 # ------------------------------------------------------------------------------------------
-# storage types and allocators: storage.py (shared with rnn_checks.py)
+# storage types and allocators: storage.py (shared with cudnn_rnn_checks.py)
 # ------------------------------------------------------------------------------------------
 
 float32_to_bfloat16_bits = storage.float32_to_bfloat16_bits
