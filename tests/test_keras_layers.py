@@ -1,6 +1,6 @@
 """tf_lstm_ops.keras: the drop-in LSTM / GRU / SimpleRNN layers against Keras' own CPU layers
 (outputs, states and gradients with the same weights; masks, go_backwards, stateful, dropout,
-Bidirectional, mixed precision), the construction errors, the LSTMBlockCell in keras.layers.RNN,
+Bidirectional, mixed precision), the configurations that run Keras' own implementation, the LSTMBlockCell in keras.layers.RNN,
 and the multi-layer CudnnRNN layers against the raw op and stacked Keras layers."""
 
 import os
@@ -202,40 +202,133 @@ def test_masking_layer_in_a_model_equals_keras(rng):
     assert_all_close(ours.get_weights(), theirs.get_weights(), atol=1e-5, what="weight")
 
 
+def not_right_padded():
+    hole = right_padded(LENS)
+    hole[0, 2] = False  # a masked step inside a sequence
+    return {"hole": hole, "left": right_padded(LENS)[:, ::-1].copy()}  # left padding
+
+
+@pytest.mark.parametrize("graph", [False, True])
+@pytest.mark.parametrize("padding", ["hole", "left"])
 @pytest.mark.parametrize("kind", ["lstm", "gru", "rnn_tanh"])
-def test_mask_not_right_padded_is_an_error(rng, kind):
-    ours, _ = make_pair(kind, return_sequences=True)
+def test_mask_not_right_padded_runs_keras_loop(rng, caplog, kind, padding, graph):
+    """Right-padding is a property of the batch: such a batch runs Keras' loop (the same
+    outputs and gradients as Keras), decided at run time, also inside tf.function."""
+    mask = not_right_padded()[padding]
+    for return_sequences in (True, False):
+        ours, theirs = make_pair(kind, return_sequences=return_sequences)
+        same_random_weights(rng, [ours, theirs], (B, T, I))
+        x = rng.uniform(-1, 1, (B, T, I)).astype(np.float32)
+        cot = cotangents_for(rng, [(B, T, H) if return_sequences else (B, H)])
+        with caplog.at_level("INFO", logger="tf_lstm_ops"):
+            if graph:
+                outs, grads = tf.function(run_with_grads_graph(ours))(x, mask, cot)
+            else:
+                outs, grads = run_with_grads(ours, x, None, mask, cot)
+        outs_k, grads_k = run_with_grads(theirs, x, None, mask, cot)
+        assert_all_close([np.asarray(o) for o in outs], outs_k, what="output")
+        assert_all_close([np.asarray(g) for g in grads], grads_k, what="gradient")
+        assert "not right-padded" in caplog.text
+
+
+def run_with_grads_graph(layer):
+    """run_with_grads for tf.function: the layer built, its weights read inside."""
+    def run(x, mask, cotangents):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            out = layer(x, mask=mask)
+            loss = tf.reduce_sum(out * cotangents[0])
+        return [out], tape.gradient(loss, [x] + layer.trainable_weights)
+    return run
+
+
+def test_one_traced_function_serves_both_kinds_of_mask(rng):
+    """The decision is made per batch inside the graph (a conditional, traced once): the fused
+    kernel for a right-padded mask, Keras' loop for another, each equal to Keras."""
+    ours, theirs = make_pair("lstm", return_sequences=True)
+    same_random_weights(rng, [ours, theirs], (B, T, I))
+    x = tf.constant(rng.uniform(-1, 1, (B, T, I)).astype(np.float32))
+    call = tf.function(lambda x, m: ours(x, mask=m))
+    for mask in (right_padded(LENS), not_right_padded()["hole"], not_right_padded()["left"]):
+        got = call(x, tf.constant(mask))
+        np.testing.assert_allclose(got, theirs(x, mask=tf.constant(mask)), atol=ATOL)
+    assert call.experimental_get_tracing_count() == 1
+    graph = call.get_concrete_function(x, tf.constant(mask)).graph
+    assert {"If", "StatelessIf"} & {op.type for op in graph.get_operations()}
+
+
+FALLBACKS = [
+    # (kind, constructor arguments, the reason the warning names, training)
+    ("lstm", dict(activation="relu"), "activation='relu'", False),
+    ("lstm", dict(recurrent_activation="hard_sigmoid"), "recurrent_activation", False),
+    ("lstm", dict(activation=None), "activation='linear'", False),
+    ("lstm", dict(recurrent_dropout=0.2, seed=3), "recurrent_dropout", True),
+    ("lstm", dict(use_cudnn=False), "use_cudnn", False),
+    ("lstm", dict(unroll=True), "unroll", False),
+    ("gru", dict(reset_after=False), "reset_after", False),
+    ("gru", dict(recurrent_activation="relu"), "recurrent_activation", False),
+    ("gru", dict(recurrent_dropout=0.1, dropout=0.2, seed=5), "recurrent_dropout", True),
+    ("rnn_tanh", dict(activation="sigmoid"), "activation='sigmoid'", False),
+    ("rnn_tanh", dict(recurrent_dropout=0.5, seed=7), "recurrent_dropout", True),
+    ("rnn_tanh", dict(unroll=True), "unroll", False),
+]
+
+
+@pytest.mark.parametrize("kind, kwargs, reason, training", FALLBACKS,
+                         ids=["%s-%s" % (f[0], "-".join(f[1])) for f in FALLBACKS])
+def test_configurations_the_kernel_cannot_serve_run_keras(rng, caplog, kind, kwargs, reason,
+                                                         training):
+    """Everything Keras accepts is accepted: a configuration the fused kernel cannot serve runs
+    Keras' own implementation, with one warning per layer naming the reason, and gives Keras'
+    outputs, gradients, weights and config."""
+    ours_cls, theirs_cls, extra = KINDS[kind]
+    args = dict(extra, **kwargs)
+    ours = ours_cls(H, return_sequences=True, **args)
+    theirs = theirs_cls(H, return_sequences=True, **args)
+    same_random_weights(rng, [ours, theirs], (B, T, I))
     x = rng.uniform(-1, 1, (B, T, I)).astype(np.float32)
-    bad = right_padded(LENS)
-    bad[0, 2] = False  # a hole in the middle
-    with pytest.raises(tf.errors.InvalidArgumentError, match="not right-padded"):
-        ours(x, mask=tf.constant(bad))
-    left = right_padded(LENS)[:, ::-1].copy()  # left padding
-    with pytest.raises(tf.errors.InvalidArgumentError, match="not right-padded"):
-        tf.function(lambda x, m: ours(x, mask=m))(tf.constant(x), tf.constant(left))
+    cot = cotangents_for(rng, [(B, T, H)])
+    with caplog.at_level("WARNING", logger="tf_lstm_ops"):
+        outs, grads = run_with_grads(ours, x, None, None, cot, training=training)
+        run_with_grads(ours, x, None, None, cot, training=training)
+    outs_k, grads_k = run_with_grads(theirs, x, None, None, cot, training=training)
+    assert_all_close(outs, outs_k, what="output")
+    assert_all_close(grads, grads_k, what="gradient")
+    warnings = [r.getMessage() for r in caplog.records if r.name == "tf_lstm_ops"]
+    assert len(warnings) == 1 and reason in warnings[0], warnings
+    config, config_k = ours.get_config(), theirs.get_config()
+    config.pop("name"), config_k.pop("name")
+    assert config == config_k
+
+
+def test_recurrent_dropout_at_inference_runs_the_kernel(rng, caplog):
+    # recurrent_dropout acts only while training: inference keeps the fused kernel.
+    ours, theirs = make_pair("lstm", recurrent_dropout=0.3, return_sequences=True)
+    same_random_weights(rng, [ours, theirs], (B, T, I))
+    x = rng.uniform(-1, 1, (B, T, I)).astype(np.float32)
+    with caplog.at_level("WARNING", logger="tf_lstm_ops"):
+        np.testing.assert_allclose(ours(x, training=False), theirs(x, training=False), atol=ATOL)
+    assert not [r for r in caplog.records if r.name == "tf_lstm_ops"]
 
 
 @pytest.mark.parametrize(
     "cls, kwargs, match",
     [
-        (tlk.LSTM, dict(activation="relu"), "activation='relu'"),
-        (tlk.LSTM, dict(recurrent_activation="hard_sigmoid"), "recurrent_activation"),
-        (tlk.LSTM, dict(activation=None), "activation=None"),
-        (tlk.LSTM, dict(recurrent_dropout=0.2), "recurrent_dropout"),
-        (tlk.LSTM, dict(use_cudnn=False), "use_cudnn"),
-        (tlk.GRU, dict(reset_after=False), "reset_after"),
-        (tlk.GRU, dict(recurrent_activation="relu"), "recurrent_activation"),
-        (tlk.GRU, dict(recurrent_dropout=0.1), "recurrent_dropout"),
-        (tlk.SimpleRNN, dict(activation="sigmoid"), "activation='sigmoid'"),
-        (tlk.SimpleRNN, dict(recurrent_dropout=0.5), "recurrent_dropout"),
         (tlk.CudnnGRU, dict(num_proj=2), "num_proj"),
         (tlk.CudnnLSTM, dict(num_proj=3), "num_proj"),
         (tlk.CudnnRNN, dict(rnn_mode="lstmp"), "rnn_mode"),
     ],
 )
-def test_unfusable_arguments_fail_at_construction(cls, kwargs, match):
+def test_invalid_cudnn_layer_arguments_fail_at_construction(cls, kwargs, match):
     with pytest.raises(ValueError, match=match):
         cls(H, **kwargs)
+
+
+def test_what_keras_rejects_is_rejected():
+    # An error stays only where Keras raises one itself.
+    for cls in (tlk.LSTM, keras.layers.LSTM):
+        with pytest.raises(ValueError):
+            cls(H, activation="no_such_activation")
 
 
 @pytest.mark.parametrize("activation", ["tanh", tf.tanh, keras.activations.tanh, keras.ops.tanh])

@@ -1,6 +1,6 @@
 """What the Keras layer modules share: their registration for Keras serialisation, the backend
-check, reading weights and inputs in the compute dtype, the per-example lengths of a right-padded
-mask, and the TfLstm>CudnnRNNV3 op that the drop-in and CudnnRNN layers run."""
+check, reading weights and inputs in the compute dtype, the per-example lengths of a mask (and
+whether it is right-padded), and the TfLstm>CudnnRNNV3 op that the drop-in and CudnnRNN layers run."""
 
 import keras
 import tensorflow as tf
@@ -38,16 +38,22 @@ def _as_input(inputs, layer):
     return x
 
 
-def _right_padded_lengths(mask, layer_name):
-    """Per-example lengths of a [B, T] mask, asserting that it is right-padded."""
+def _mask_lengths(mask):
+    """Per-example lengths of a [B, T] (or [B, T, 1]) mask, and whether it is right-padded (every
+    row True for its first `length` steps, False after them): a bool scalar tensor."""
     mask = tf.convert_to_tensor(mask)
     if mask.shape.rank == 3:
         mask = tf.squeeze(mask, -1)
     mask = tf.cast(mask, tf.bool)
     lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
-    right_padded = tf.reduce_all(
-        tf.equal(mask, tf.sequence_mask(lengths, tf.shape(mask)[1]))
-    )
+    right_padded = tf.reduce_all(tf.equal(mask, tf.sequence_mask(lengths, tf.shape(mask)[1])))
+    return lengths, right_padded
+
+
+def _right_padded_lengths(mask, layer_name):
+    """Per-example lengths of a [B, T] mask, asserting that it is right-padded (for layers with no
+    Keras implementation to fall back to)."""
+    lengths, right_padded = _mask_lengths(mask)
     check = tf.debugging.Assert(
         right_padded,
         [

@@ -4,10 +4,15 @@
 
 They subclass Keras' layers and keep Keras' cell, so they have the same constructor arguments and
 defaults, the same weight variables and the same ``get_config``; each layer converts its cell's
-``kernel``, ``recurrent_kernel`` and ``bias`` to the op's cuDNN params buffer at every call. What
-the fused kernel cannot do is a ``ValueError`` at construction (the checks below); a mask that is
-not right-padded fails at run time with ``InvalidArgumentError``.
+``kernel``, ``recurrent_kernel`` and ``bias`` to the op's cuDNN params buffer at every call. A call
+the fused kernel cannot serve (other activations, ``recurrent_dropout`` while training,
+``use_cudnn=False``, ``unroll=True``, ``GRU(reset_after=False)``, a mask that is not right-padded)
+runs Keras' own implementation instead (the Keras class's ``inner_loop``), with one warning per
+layer and reason: same results, Keras' speed. Right-padding is decided per batch.
 """
+
+import logging
+import weakref
 
 import keras
 import tensorflow as tf
@@ -16,10 +21,13 @@ from tf_lstm_ops.keras._common import (
     _as_input,
     _check_backend,
     _cudnn_rnn_v3,
+    _mask_lengths,
     _read,
     _register,
-    _right_padded_lengths,
 )
+
+_log = logging.getLogger("tf_lstm_ops")
+_warned = weakref.WeakKeyDictionary()  # layer -> the fallback reasons already logged for it
 
 
 def _functions(*names):
@@ -48,30 +56,13 @@ def _activation_name(activation):
     return None
 
 
-def _require_activation(layer_name, arg, value, allowed, fallback):
-    name = _activation_name(value)
-    if name not in allowed:
-        raise ValueError(
-            "tf_lstm_ops.keras.%s: %s=%r is not supported: the fused kernel implements %s only. "
-            "Use %s for other activations."
-            % (layer_name, arg, value, " or ".join(repr(a) for a in allowed), fallback)
-        )
-    return name
-
-
-def _require_fusable(layer_name, recurrent_dropout, use_cudnn, fallback):
-    if recurrent_dropout:
-        raise ValueError(
-            "tf_lstm_ops.keras.%s: recurrent_dropout=%r cannot be fused (the kernel runs the whole "
-            "sequence in one op; a dropout mask on the recurrent state would have to be applied "
-            "inside every step). Use dropout= (on the inputs) or %s."
-            % (layer_name, recurrent_dropout, fallback)
-        )
-    if use_cudnn not in ("auto", True):
-        raise ValueError(
-            "tf_lstm_ops.keras.%s always runs the fused kernel; use_cudnn=%r asks for Keras' "
-            "per-step loop: use %s for that." % (layer_name, use_cudnn, fallback)
-        )
+def _activation_reason(arg, value, allowed):
+    """Why `value` keeps the fused kernel from running (None: it is one the kernel implements)."""
+    if _activation_name(value) in allowed:
+        return None
+    shown = getattr(value, "__name__", value)  # Keras' cells hold the function
+    return "%s=%r (the fused kernel implements %s only)" % (
+        arg, shown, " or ".join(repr(a) for a in allowed))
 
 
 def _flat_t(matrix):
@@ -81,29 +72,90 @@ def _flat_t(matrix):
 
 class _FusedRNNMixin:
     """inner_loop for Keras' RNN subclasses: one CudnnRNNV3 op over the whole sequence, returning
-    exactly what Keras' generic backend.rnn loop returns (its (last_output, outputs, states))."""
+    exactly what Keras' generic backend.rnn loop returns (its (last_output, outputs, states)), or
+    the Keras class's own inner_loop for a call the kernel cannot serve."""
 
     _rnn_mode = None
+    _keras_class = None  # the Keras layer this one replaces, whose inner_loop is the fallback
 
     def _params(self, dtype):
         raise NotImplementedError
 
-    def _fused_inner_loop(self, sequences, initial_state, mask, training):
+    def _static_fallback_reason(self):
+        """Why no call of this layer can run the fused kernel (None: calls can)."""
+        if getattr(self, "use_cudnn", "auto") is False:
+            return "use_cudnn=False (asks for Keras' per-step loop)"
+        if self.unroll:
+            return "unroll=True (asks for Keras' unrolled loop)"
+        return None
+
+    def _warn_fallback(self, reason, level=logging.WARNING):
+        reasons = _warned.setdefault(self, set())
+        if reason not in reasons:
+            reasons.add(reason)
+            _log.log(level, "tf_lstm_ops.keras.%s %r: %s: running Keras' own implementation "
+                     "(the same results at Keras' speed).", type(self).__name__, self.name,
+                     reason)
+
+    def inner_loop(self, sequences, initial_state, mask, training=False):
         if keras.tree.is_nested(mask):
             mask = mask[0]
+
+        def keras_loop():
+            return self._keras_class.inner_loop(self, sequences, initial_state, mask,
+                                                training=training)
+
+        reason = self._static_fallback_reason()
+        if reason is None and self.cell.recurrent_dropout and training is not False and (
+                training is not None):
+            reason = "recurrent_dropout=%r while training (a mask on the state inside every " \
+                     "step)" % self.cell.recurrent_dropout
+        if reason is not None:
+            self._warn_fallback(reason)
+            return keras_loop()
+        if training and self.cell.dropout:
+            # Drawn once, outside any branch below, so that both paths use the same mask (and
+            # Keras' cell finds it cached).
+            self.cell.get_dropout_mask(_as_input(sequences, self)[:, 0, :])
+        if mask is None:
+            return self._fused_inner_loop(sequences, initial_state, None, training)
+        lengths, right_padded = _mask_lengths(mask)
+        not_right_padded = "a mask that is not right-padded (left padding or masked steps " \
+                           "inside a sequence: the kernel takes one length per example)"
+        if tf.executing_eagerly():
+            if bool(right_padded):
+                return self._fused_inner_loop(sequences, initial_state, lengths, training)
+            self._warn_fallback(not_right_padded)
+            return keras_loop()
+        # In a graph the data decides, per batch; what Keras' loop returns as outputs without
+        # return_sequences is not read, so both branches return the same structure.
+        self._warn_fallback("batches with " + not_right_padded + " will run Keras' loop, "
+                            "right-padded batches the fused kernel", level=logging.INFO)
+
+        def same_structure(result):
+            last, outputs, states = result
+            if not self.return_sequences:
+                outputs = tf.expand_dims(last, 1)
+            return last, outputs, list(states)
+
+        return tf.cond(
+            right_padded,
+            lambda: same_structure(
+                self._fused_inner_loop(sequences, initial_state, lengths, training)),
+            lambda: same_structure(keras_loop()))
+
+    def _fused_inner_loop(self, sequences, initial_state, lengths, training):
         if not keras.tree.is_nested(initial_state):
             initial_state = [initial_state]
-        name = type(self).__name__
         x = _as_input(sequences, self)
         dtype = x.dtype
         if training and self.cell.dropout:
-            # The same input dropout mask at every step, as Keras' cell does (RNN.call has already
+            # The same input dropout mask at every step, as Keras' cell does (inner_loop has
             # drawn it from the cell's seed generator).
             dp_mask = self.cell.get_dropout_mask(x[:, 0, :])
             x = x * tf.expand_dims(tf.cast(dp_mask, dtype), 1)
         shape = tf.shape(x)
         batch, steps = shape[0], shape[1]
-        lengths = None if mask is None else _right_padded_lengths(mask, name)
         seq_lengths = tf.fill([batch], steps) if lengths is None else lengths
         if self.go_backwards:
             x = (tf.reverse(x, [1]) if lengths is None
@@ -160,14 +212,14 @@ class LSTM(_FusedRNNMixin, keras.layers.LSTM):
     """Drop-in ``keras.layers.LSTM`` running the fused ``TfLstm>CudnnRNNV3`` kernel.
 
     Same arguments, defaults, weights (``kernel [I, 4H]``, ``recurrent_kernel [H, 4H]``,
-    ``bias [4H]``, gates i, f, c, o) and results as ``keras.layers.LSTM``. Differences:
-    ``activation`` must be tanh and ``recurrent_activation`` sigmoid, ``recurrent_dropout`` must be
-    0 and ``use_cudnn`` must be "auto"/True (else ``ValueError``); masks must be right-padded
-    (else ``InvalidArgumentError`` at run time); ``unroll`` has no effect. ``use_bias=False`` is
-    supported (zero biases).
+    ``bias [4H]``, gates i, f, c, o) and results as ``keras.layers.LSTM``. Calls the kernel cannot
+    serve (``activation`` other than tanh, ``recurrent_activation`` other than sigmoid,
+    ``recurrent_dropout`` while training, ``use_cudnn=False``, ``unroll=True``, a mask that is not
+    right-padded) run ``keras.layers.LSTM``'s own implementation, with a warning.
     """
 
     _rnn_mode = "lstm"
+    _keras_class = keras.layers.LSTM
 
     def __init__(
         self,
@@ -198,10 +250,6 @@ class LSTM(_FusedRNNMixin, keras.layers.LSTM):
         **kwargs,
     ):
         _check_backend("LSTM")
-        _require_activation("LSTM", "activation", activation, ("tanh",), "keras.layers.LSTM")
-        _require_activation("LSTM", "recurrent_activation", recurrent_activation, ("sigmoid",),
-                            "keras.layers.LSTM")
-        _require_fusable("LSTM", recurrent_dropout, use_cudnn, "keras.layers.LSTM")
         super().__init__(
             units,
             activation=activation,
@@ -231,6 +279,12 @@ class LSTM(_FusedRNNMixin, keras.layers.LSTM):
         )
         self.supports_jit = False  # the custom op has no XLA kernel
 
+    def _static_fallback_reason(self):
+        return (super()._static_fallback_reason()
+                or _activation_reason("activation", self.cell.activation, ("tanh",))
+                or _activation_reason("recurrent_activation", self.cell.recurrent_activation,
+                                      ("sigmoid",)))
+
     def _params(self, dtype):
         cell = self.cell
         kernel = _read(cell.kernel, dtype)
@@ -243,23 +297,21 @@ class LSTM(_FusedRNNMixin, keras.layers.LSTM):
         # b_R = bias.
         return tf.concat([_flat_t(kernel), _flat_t(recurrent), tf.zeros_like(bias), bias], 0)
 
-    def inner_loop(self, sequences, initial_state, mask, training=False):
-        return self._fused_inner_loop(sequences, initial_state, mask, training)
-
 
 @_register
 class GRU(_FusedRNNMixin, keras.layers.GRU):
-    """Drop-in ``keras.layers.GRU(reset_after=True)`` running the fused ``TfLstm>CudnnRNNV3``
-    kernel (cuDNN's GRU is Keras' "reset after" GRU).
+    """Drop-in ``keras.layers.GRU`` running the fused ``TfLstm>CudnnRNNV3`` kernel (cuDNN's GRU is
+    Keras' "reset after" GRU, its default).
 
     Same arguments, defaults, weights (``kernel [I, 3H]``, ``recurrent_kernel [H, 3H]``,
-    ``bias [2, 3H]``, gates z, r, h) and results as ``keras.layers.GRU``. Differences:
-    ``reset_after`` must be True, ``activation`` tanh, ``recurrent_activation`` sigmoid,
-    ``recurrent_dropout`` 0 and ``use_cudnn`` "auto"/True (else ``ValueError``); masks must be
-    right-padded; ``unroll`` has no effect. ``use_bias=False`` is supported.
+    ``bias [2, 3H]``, gates z, r, h) and results as ``keras.layers.GRU``. Calls the kernel cannot
+    serve (``reset_after=False``, other activations, ``recurrent_dropout`` while training,
+    ``use_cudnn=False``, ``unroll=True``, a mask that is not right-padded) run
+    ``keras.layers.GRU``'s own implementation, with a warning.
     """
 
     _rnn_mode = "gru"
+    _keras_class = keras.layers.GRU
 
     def __init__(
         self,
@@ -290,16 +342,6 @@ class GRU(_FusedRNNMixin, keras.layers.GRU):
         **kwargs,
     ):
         _check_backend("GRU")
-        if not reset_after:
-            raise ValueError(
-                "tf_lstm_ops.keras.GRU: reset_after=False is not supported: the fused kernel is "
-                "cuDNN's GRU, which applies the reset gate after the recurrent matmul "
-                "(reset_after=True, Keras' default). Use keras.layers.GRU(reset_after=False)."
-            )
-        _require_activation("GRU", "activation", activation, ("tanh",), "keras.layers.GRU")
-        _require_activation("GRU", "recurrent_activation", recurrent_activation, ("sigmoid",),
-                            "keras.layers.GRU")
-        _require_fusable("GRU", recurrent_dropout, use_cudnn, "keras.layers.GRU")
         super().__init__(
             units,
             activation=activation,
@@ -329,6 +371,15 @@ class GRU(_FusedRNNMixin, keras.layers.GRU):
         )
         self.supports_jit = False  # the custom op has no XLA kernel
 
+    def _static_fallback_reason(self):
+        if not self.cell.reset_after:
+            return ("reset_after=False (the kernel is cuDNN's GRU, which resets after the "
+                    "recurrent matmul)")
+        return (super()._static_fallback_reason()
+                or _activation_reason("activation", self.cell.activation, ("tanh",))
+                or _activation_reason("recurrent_activation", self.cell.recurrent_activation,
+                                      ("sigmoid",)))
+
     def _params(self, dtype):
         cell = self.cell
         H = cell.units
@@ -344,9 +395,6 @@ class GRU(_FusedRNNMixin, keras.layers.GRU):
             bias = tf.zeros([6 * H], dtype)
         return tf.concat([_flat_t(kernel), _flat_t(recurrent), bias], 0)
 
-    def inner_loop(self, sequences, initial_state, mask, training=False):
-        return self._fused_inner_loop(sequences, initial_state, mask, training)
-
 
 @_register
 class SimpleRNN(_FusedRNNMixin, keras.layers.SimpleRNN):
@@ -354,10 +402,13 @@ class SimpleRNN(_FusedRNNMixin, keras.layers.SimpleRNN):
     (``rnn_tanh`` or ``rnn_relu``).
 
     Same arguments, defaults, weights (``kernel [I, H]``, ``recurrent_kernel [H, H]``,
-    ``bias [H]``) and results as ``keras.layers.SimpleRNN``. Differences: ``activation`` must be
-    tanh or relu and ``recurrent_dropout`` 0 (else ``ValueError``); masks must be right-padded;
-    ``unroll`` has no effect.
+    ``bias [H]``) and results as ``keras.layers.SimpleRNN``. Calls the kernel cannot serve
+    (``activation`` other than tanh or relu, ``recurrent_dropout`` while training, ``unroll=True``,
+    a mask that is not right-padded) run ``keras.layers.SimpleRNN``'s own implementation, with a
+    warning.
     """
+
+    _keras_class = keras.layers.SimpleRNN
 
     def __init__(
         self,
@@ -385,9 +436,6 @@ class SimpleRNN(_FusedRNNMixin, keras.layers.SimpleRNN):
         **kwargs,
     ):
         _check_backend("SimpleRNN")
-        name = _require_activation("SimpleRNN", "activation", activation, ("tanh", "relu"),
-                                   "keras.layers.SimpleRNN")
-        _require_fusable("SimpleRNN", recurrent_dropout, "auto", "keras.layers.SimpleRNN")
         super().__init__(
             units,
             activation=activation,
@@ -412,8 +460,13 @@ class SimpleRNN(_FusedRNNMixin, keras.layers.SimpleRNN):
             seed=seed,
             **kwargs,
         )
-        self._rnn_mode = "rnn_" + name
+        name = _activation_name(activation)
+        self._rnn_mode = "rnn_" + name if name in ("tanh", "relu") else None
         self.supports_jit = False  # the custom op has no XLA kernel
+
+    def _static_fallback_reason(self):
+        return (super()._static_fallback_reason()
+                or _activation_reason("activation", self.cell.activation, ("tanh", "relu")))
 
     def _params(self, dtype):
         cell = self.cell
@@ -424,6 +477,3 @@ class SimpleRNN(_FusedRNNMixin, keras.layers.SimpleRNN):
         else:
             bias = tf.zeros([cell.units], dtype)
         return tf.concat([_flat_t(kernel), _flat_t(recurrent), tf.zeros_like(bias), bias], 0)
-
-    def inner_loop(self, sequences, initial_state, mask, training=False):
-        return self._fused_inner_loop(sequences, initial_state, mask, training)
