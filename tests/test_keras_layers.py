@@ -751,3 +751,54 @@ def test_cudnn_layer_in_a_model_trains():
     y = x.mean(axis=(1, 2))[:, None]
     loss = model.fit(x, y, epochs=10, batch_size=8, verbose=0).history["loss"]
     assert loss[-1] < 0.5 * loss[0]
+
+
+# ------------------------------------------------------------------------------------------------
+# XLA
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["lstm", "gru", "rnn_tanh"])
+def test_layers_compiled_by_xla_run_keras_implementation(rng, caplog, kind):
+    """Under tf.function(jit_compile=True) the custom op has no kernel: the layer takes Keras'
+    XLA-compilable loop, with Keras' outputs and gradients and one warning."""
+    ours, theirs = make_pair(kind, return_sequences=True)
+    same_random_weights(rng, [ours, theirs], (B, T, I))
+    x = rng.uniform(-1, 1, (B, T, I)).astype(np.float32)
+    cot = cotangents_for(rng, [(B, T, H)])
+    with caplog.at_level("WARNING", logger="tf_lstm_ops"):
+        outs, grads = tf.function(run_with_grads_graph(ours), jit_compile=True)(
+            tf.constant(x), None, cot)
+    outs_k, grads_k = run_with_grads(theirs, x, None, None, cot)
+    assert_all_close([np.asarray(o) for o in outs], outs_k, what="output")
+    assert_all_close([np.asarray(g) for g in grads], grads_k[:1] + grads_k[-3:], what="gradient")
+    warnings = [r.getMessage() for r in caplog.records if r.name == "tf_lstm_ops"]
+    assert len(warnings) == 1 and "XLA" in warnings[0], warnings
+
+
+def test_model_compile_jit_compile_trains_like_keras(rng):
+    def build(module, extra):
+        inputs = keras.Input((T, I))
+        h = module.LSTM(H, return_sequences=True, **extra)(inputs)
+        h = module.GRU(H, **extra)(h)
+        model = keras.Model(inputs, keras.layers.Dense(2)(h))
+        model.compile(optimizer=keras.optimizers.SGD(0.5), loss="mse", jit_compile=True)
+        return model
+
+    ours, theirs = build(tlk, {}), build(keras.layers, dict(use_cudnn=False))
+    ours.set_weights(theirs.get_weights())
+    x = rng.uniform(-1, 1, (4, T, I)).astype(np.float32)
+    y = rng.uniform(-1, 1, (4, 2)).astype(np.float32)
+    ours.fit(x, y, epochs=2, batch_size=4, verbose=0, shuffle=False)
+    theirs.fit(x, y, epochs=2, batch_size=4, verbose=0, shuffle=False)
+    assert_all_close(ours.get_weights(), theirs.get_weights(), atol=1e-5, what="weight")
+
+
+def test_raw_op_compiled_by_xla_names_the_op_and_the_way_out():
+    x = tf.zeros([T, B, I])
+    params = tf.zeros([tlk.params_size("lstm", 1, H, I)])
+    call = tf.function(lambda: tf_lstm_ops.raw.CudnnRNNV3(
+        input=x, input_h=tf.zeros([1, B, H]), input_c=tf.zeros([1, B, H]), params=params,
+        sequence_lengths=tf.fill([B], T)), jit_compile=True)
+    with pytest.raises(tf.errors.UnimplementedError,
+                       match=r"TfLstm>CudnnRNNV3 has no XLA kernel.*tf_lstm_ops\.keras"):
+        call()

@@ -189,17 +189,51 @@ class Library:
         return self._module
 
     def op(self, op_name):
-        """The raw wrapper of an op. Marked do_not_convert: AutoGraph cannot read the source of
+        """The raw wrapper of an op, which refuses to be traced into an XLA-compiled function with
+        an error that names the op and the way out (XLA's own says only that no kernel is
+        registered for XLA_CPU_JIT). Marked do_not_convert: AutoGraph cannot read the source of
         TF's generated wrappers and would warn inside every tf.function."""
         wrapper = self._wrappers.get(op_name)
         if wrapper is None:
             import tensorflow as tf
 
-            wrapper = tf.autograph.experimental.do_not_convert(
-                getattr(self.module, python_op_name(op_name))
-            )
+            generated = getattr(self.module, python_op_name(op_name))
+
+            @functools.wraps(generated)
+            def outside_xla(*args, **kwargs):
+                if in_xla_context():
+                    raise tf.errors.UnimplementedError(None, None, no_xla_kernel_message(op_name))
+                return generated(*args, **kwargs)
+
+            wrapper = tf.autograph.experimental.do_not_convert(outside_xla)
             self._wrappers[op_name] = wrapper
         return wrapper
+
+
+def in_xla_context():
+    """Whether the code being traced is compiled by XLA (tf.function(jit_compile=True), also
+    nested, or model.compile(jit_compile=True)). TF has no public API for this; its own ops ask
+    control_flow_util the same way. False eagerly, and where that API is missing."""
+    import tensorflow as tf
+
+    if tf.executing_eagerly():
+        return False
+    try:
+        from tensorflow.python.framework import ops
+        from tensorflow.python.ops import control_flow_util
+    except ImportError:  # pragma: no cover - a TF without the private module
+        return False
+    return bool(control_flow_util.GraphOrParentsInXlaContext(ops.get_default_graph()))
+
+
+def no_xla_kernel_message(op_name):
+    return (
+        "%s%s has no XLA kernel, so it cannot run in a function compiled by XLA "
+        "(tf.function(jit_compile=True), model.compile(jit_compile=True)). Call it outside the "
+        "compiled function, or use the tf_lstm_ops.keras LSTM / GRU / SimpleRNN layers, which "
+        "run Keras' XLA-compilable implementation when compiled by XLA."
+        % (OP_NAMESPACE, op_name)
+    )
 
 
 library = Library()

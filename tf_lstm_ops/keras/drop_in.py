@@ -6,9 +6,10 @@ They subclass Keras' layers and keep Keras' cell, so they have the same construc
 defaults, the same weight variables and the same ``get_config``; each layer converts its cell's
 ``kernel``, ``recurrent_kernel`` and ``bias`` to the op's cuDNN params buffer at every call. A call
 the fused kernel cannot serve (other activations, ``recurrent_dropout`` while training,
-``use_cudnn=False``, ``unroll=True``, ``GRU(reset_after=False)``, a mask that is not right-padded)
-runs Keras' own implementation instead (the Keras class's ``inner_loop``), with one warning per
-layer and reason: same results, Keras' speed. Right-padding is decided per batch.
+``use_cudnn=False``, ``unroll=True``, ``GRU(reset_after=False)``, a mask that is not right-padded,
+a function compiled by XLA) runs Keras' own implementation instead (the Keras class's
+``inner_loop``), with one warning per layer and reason: same results, Keras' speed.
+Right-padding is decided per batch.
 """
 
 import logging
@@ -17,6 +18,7 @@ import weakref
 import keras
 import tensorflow as tf
 
+from tf_lstm_ops._loader import in_xla_context
 from tf_lstm_ops.keras._common import (
     _as_input,
     _check_backend,
@@ -106,6 +108,8 @@ class _FusedRNNMixin:
                                                 training=training)
 
         reason = self._static_fallback_reason()
+        if reason is None and in_xla_context():
+            reason = "compiled by XLA (jit_compile=True), where the custom op has no kernel"
         if reason is None and self.cell.recurrent_dropout and training is not False and (
                 training is not None):
             reason = "recurrent_dropout=%r while training (a mask on the state inside every " \
