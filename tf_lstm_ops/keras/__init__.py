@@ -19,12 +19,10 @@ Layers, one module per group (import them from here):
   ``[2, 3H]``), the same ``get_config`` and the same saved-weights structure:
   ``ours.set_weights(theirs.get_weights())`` and ``ours.load_weights("keras_model.weights.h5")``
   work. Every call runs one fused ``TfLstm>CudnnRNNV3`` op (forward and backward) on the sequence
-  instead of Keras' per-step loop. What a fused kernel cannot do is a ``ValueError`` at
-  construction: activations other than tanh/sigmoid (LSTM, GRU) or tanh/relu (SimpleRNN),
-  ``recurrent_dropout != 0``, ``GRU(reset_after=False)``, ``use_cudnn=False``. A mask must be
-  right-padded (per-example lengths); any other mask fails at run time with
-  ``InvalidArgumentError``. Results, including the outputs at masked steps, equal Keras' own CPU
-  layers.
+  instead of Keras' per-step loop; a call the kernel cannot serve (other activations,
+  ``recurrent_dropout`` while training, ``GRU(reset_after=False)``, ``use_cudnn=False``,
+  ``unroll=True``, a mask that is not right-padded, XLA compilation) runs the Keras class's own
+  implementation, with a warning. Results, including the outputs at masked steps, equal Keras'.
 - ``CudnnRNN`` (and ``CudnnLSTM``, ``CudnnGRU``; module ``cudnn_rnn``): the CudnnRNN op family as
   one multi-layer layer (``num_layers``, ``bidirectional``, ``dropout`` between layers,
   ``num_proj`` for LSTM) with an opaque ``params`` weight in cuDNN's canonical packing and
@@ -32,9 +30,11 @@ Layers, one module per group (import them from here):
   ``params``.
 - ``LSTMBlockCell`` (module ``lstm_block_cell``): the ``LSTMBlockCell`` op as a cell for
   ``keras.layers.RNN`` (``forget_bias``, ``cell_clip``, peepholes).
+- ``to_stock_keras(model)`` (module ``export``): the same model of stock Keras layers with
+  identical weights, for TFLite and other exporters that cannot run custom ops.
 
 Every layer sets ``supports_jit = False`` (custom ops have no XLA kernel; Keras would otherwise
-jit-compile the model on GPU hosts), computes in the dtype policy's compute dtype (``float32``,
+jit-compile the model on GPU hosts; under XLA the drop-ins run Keras' loop), computes in the dtype policy's compute dtype (``float32``,
 ``mixed_float16``, ``mixed_bfloat16``; the kernels accumulate in float32), is registered with
 ``keras.saving.register_keras_serializable(package="tf_lstm_ops")`` and round-trips through
 ``.keras`` files (``import tf_lstm_ops.keras`` before ``keras.saving.load_model``) and
@@ -47,6 +47,7 @@ What the modules share (registration, the backend check, reading weights and inp
 
 from tf_lstm_ops.keras.cudnn_rnn import CudnnGRU, CudnnLSTM, CudnnRNN, params_size
 from tf_lstm_ops.keras.drop_in import GRU, LSTM, SimpleRNN
+from tf_lstm_ops.keras.export import to_stock_keras
 from tf_lstm_ops.keras.lstm_block_cell import LSTMBlockCell
 
 __all__ = [
@@ -58,6 +59,7 @@ __all__ = [
     "CudnnGRU",
     "LSTMBlockCell",
     "params_size",
+    "to_stock_keras",
 ]
 
 # Each public name keeps the module path it had before the layers were split into modules: the
