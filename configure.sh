@@ -73,6 +73,10 @@ die() { echo "configure.sh: $*" >&2; exit 1; }
   echo "configure.sh: '$PYTHON' is not Python 3.11+ (set PYTHON=/path/to/python3.11)" >&2; exit 1; }
 
 REQUIREMENTS=("$TF_PACKAGE==$TF_VERSION" "numpy>=1.26,<3" "pytest>=8,<10" "pybind11>=2.12,<4" "matplotlib>=3.8,<4")
+# Keras 2 (TF_USE_LEGACY_KERAS=1), pinned to TensorFlow's minor version for the suite's tf_keras
+# tests. Installed without dependencies: it requires the distribution `tensorflow`, which would
+# pull the GPU wheel next to tensorflow-cpu (the module it needs is the same).
+TF_KERAS="tf_keras==${TF_VERSION%.*}.0"
 if [[ "$NO_VENV" == 1 ]]; then
   VENV_PY=$(command -v "$PYTHON")
 else
@@ -82,12 +86,13 @@ else
     say "creating .venv with $("$PYTHON" --version)"
     "$PYTHON" -m venv "$ROOT/.venv"
   fi
-  if [[ "$(cat "$STAMP" 2>/dev/null)" != "${REQUIREMENTS[*]}" ]]; then
-    say "installing ${REQUIREMENTS[*]} into .venv"
+  if [[ "$(cat "$STAMP" 2>/dev/null)" != "${REQUIREMENTS[*]} $TF_KERAS" ]]; then
+    say "installing ${REQUIREMENTS[*]} $TF_KERAS into .venv"
     "$VENV_PY" -m pip install --disable-pip-version-check -q "${REQUIREMENTS[@]}"
-    echo "${REQUIREMENTS[*]}" > "$STAMP"
+    "$VENV_PY" -m pip install --disable-pip-version-check -q --no-deps "$TF_KERAS"
+    echo "${REQUIREMENTS[*]} $TF_KERAS" > "$STAMP"
   else
-    say ".venv is up to date (${REQUIREMENTS[*]})"
+    say ".venv is up to date (${REQUIREMENTS[*]} $TF_KERAS)"
   fi
 fi
 if [[ "$NO_VENV" != 1 ]]; then

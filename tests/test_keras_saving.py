@@ -3,6 +3,7 @@
 without `import tf_lstm_ops`), MirroredStrategy training equal to single-device training, and
 the error under a non-TensorFlow Keras backend. The fresh-process checks run in subprocesses."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -242,3 +243,37 @@ def test_non_tensorflow_backend_is_a_clear_error(monkeypatch, backend):
             cls(3)
     monkeypatch.undo()
     assert tlk.LSTM(3).units == 3
+
+
+# ------------------------------------------------------------------------------------------------
+# tf_keras (Keras 2, TF_USE_LEGACY_KERAS=1)
+# ------------------------------------------------------------------------------------------------
+
+def test_tf_keras_models_refuse_our_keras3_layers_loudly():
+    """Under TF_USE_LEGACY_KERAS=1 tf.keras is tf_keras: its Sequential rejects a Keras 3 layer
+    itself, and its functional API would silently wrap our ops in TFOpLambda layers whose weights
+    never train; our layers refuse tf_keras tensors with a TypeError instead."""
+    if importlib.util.find_spec("tf_keras") is None:
+        pytest.fail("tf_keras is not installed: ./configure.sh installs the pinned version")
+    result = run_python("""
+        import json
+        import tensorflow as tf
+        import tf_lstm_ops.keras as tlk
+        assert tf.keras.__name__.startswith("tf_keras"), tf.keras.__name__
+        errors = {}
+        for name in ("LSTM", "GRU", "SimpleRNN", "CudnnLSTM"):
+            try:
+                getattr(tlk, name)(4)(tf.keras.Input((5, 3)))
+                errors[name] = None
+            except TypeError as e:
+                errors[name] = str(e)
+        try:
+            tf.keras.Sequential([tf.keras.Input((5, 3)), tlk.LSTM(4)])
+            sequential = None
+        except TypeError as e:
+            sequential = str(e)
+        print(json.dumps(dict(errors=errors, sequential=sequential)))
+    """, env_extra={"TF_USE_LEGACY_KERAS": "1"})
+    for name, message in result["errors"].items():
+        assert message and "is a Keras 3 layer and was called on a tf_keras" in message, name
+    assert result["sequential"] and "must be an instance of class Layer" in result["sequential"]

@@ -1,5 +1,5 @@
 """What the Keras layer modules share: their registration for Keras serialisation, the backend
-check, reading weights and inputs in the compute dtype, the per-example lengths of a mask (and
+check, the refusal of Keras 2 (tf_keras) tensors, reading weights and inputs in the compute dtype, the per-example lengths of a mask (and
 whether it is right-padded), and the TfLstm>CudnnRNNV3 op that the drop-in and CudnnRNN layers run."""
 
 import keras
@@ -20,6 +20,24 @@ def _check_backend(layer_name):
             "KERAS_BACKEND=tensorflow before importing keras (or use keras.layers instead)."
             % (layer_name, backend)
         )
+
+
+class _Keras3Only:
+    """Refuses to be called on Keras 2 (tf_keras) symbolic tensors. Under TF_USE_LEGACY_KERAS=1,
+    tf.keras is tf_keras, whose functional API would otherwise wrap every TF op of our call in a
+    TFOpLambda layer: the model builds and fit runs, but our weights are captured, not trained.
+    (tf_keras' Sequential already rejects a Keras 3 layer with a TypeError.)"""
+
+    def __call__(self, *args, **kwargs):
+        for value in keras.tree.flatten((args, kwargs)):
+            if type(value).__module__.startswith("tf_keras."):
+                raise TypeError(
+                    "tf_lstm_ops.keras.%s is a Keras 3 layer and was called on a tf_keras (Keras "
+                    "2) tensor, as happens with TF_USE_LEGACY_KERAS=1 and tf.keras.Input: tf_keras "
+                    "would not train its weights. Build the model with Keras 3 (import keras; "
+                    "keras.Input) or without TF_USE_LEGACY_KERAS; tf_keras layers of this "
+                    "library do not exist yet." % type(self).__name__)
+        return super().__call__(*args, **kwargs)
 
 
 def _read(variable, dtype):

@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from tf_lstm_ops._loader import library
 from tf_lstm_ops.keras._common import (
+    _Keras3Only,
     _as_input,
     _check_backend,
     _cudnn_rnn_v3,
@@ -34,7 +35,7 @@ def params_size(rnn_mode, num_layers, num_units, input_size, bidirectional=False
 
 
 @_register
-class CudnnRNN(keras.layers.Layer):
+class CudnnRNN(_Keras3Only, keras.layers.Layer):
     """The CudnnRNN op family as a Keras layer: ``num_layers`` stacked layers, uni- or
     bidirectional, dropout between layers, LSTM projection, in one ``TfLstm>CudnnRNNV3`` op.
 

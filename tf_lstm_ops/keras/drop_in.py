@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from tf_lstm_ops._loader import in_xla_context
 from tf_lstm_ops.keras._common import (
+    _Keras3Only,
     _as_input,
     _check_backend,
     _cudnn_rnn_v3,
@@ -72,7 +73,7 @@ def _flat_t(matrix):
     return tf.reshape(tf.transpose(matrix), [-1])
 
 
-class _FusedRNNMixin:
+class _FusedRNNMixin(_Keras3Only):
     """inner_loop for Keras' RNN subclasses: one CudnnRNNV3 op over the whole sequence, returning
     exactly what Keras' generic backend.rnn loop returns (its (last_output, outputs, states)), or
     the Keras class's own inner_loop for a call the kernel cannot serve."""

@@ -7,11 +7,11 @@ import keras
 import tensorflow as tf
 
 from tf_lstm_ops._loader import library
-from tf_lstm_ops.keras._common import _as_input, _check_backend, _read, _register
+from tf_lstm_ops.keras._common import _Keras3Only, _as_input, _check_backend, _read, _register
 
 
 @_register
-class LSTMBlockCell(keras.layers.Layer):
+class LSTMBlockCell(_Keras3Only, keras.layers.Layer):
     """The ``LSTMBlockCell`` op (one fused LSTM step) as a cell for ``keras.layers.RNN``.
 
     Args:
