@@ -18,12 +18,12 @@ import weakref
 import keras
 import tensorflow as tf
 
+from tf_lstm_ops._fused_rnn import gru_params, keras_rnn_loop, lstm_params, simple_rnn_params
 from tf_lstm_ops._loader import in_xla_context
 from tf_lstm_ops.keras._common import (
     _Keras3Only,
     _as_input,
     _check_backend,
-    _cudnn_rnn_v3,
     _mask_lengths,
     _read,
     _register,
@@ -66,11 +66,6 @@ def _activation_reason(arg, value, allowed):
     shown = getattr(value, "__name__", value)  # Keras' cells hold the function
     return "%s=%r (the fused kernel implements %s only)" % (
         arg, shown, " or ".join(repr(a) for a in allowed))
-
-
-def _flat_t(matrix):
-    """[in, G*H] Keras kernel -> the G row-major [H, in] cuDNN matrices, concatenated."""
-    return tf.reshape(tf.transpose(matrix), [-1])
 
 
 class _FusedRNNMixin(_Keras3Only):
@@ -159,57 +154,12 @@ class _FusedRNNMixin(_Keras3Only):
             # drawn it from the cell's seed generator).
             dp_mask = self.cell.get_dropout_mask(x[:, 0, :])
             x = x * tf.expand_dims(tf.cast(dp_mask, dtype), 1)
-        shape = tf.shape(x)
-        batch, steps = shape[0], shape[1]
-        seq_lengths = tf.fill([batch], steps) if lengths is None else lengths
-        if self.go_backwards:
-            x = (tf.reverse(x, [1]) if lengths is None
-                 else tf.reverse_sequence(x, lengths, seq_axis=1, batch_axis=0))
         lstm = self._rnn_mode == "lstm"
         h0 = tf.cast(initial_state[0], dtype)
-        c0 = tf.cast(initial_state[1], dtype) if lstm else tf.zeros([], dtype)
-        out = _cudnn_rnn_v3(
-            input=x,
-            input_h=tf.expand_dims(h0, 1),  # [B, 1, H] (batch-major state label)
-            input_c=tf.expand_dims(c0, 1) if lstm else c0,
-            params=self._params(dtype),
-            sequence_lengths=seq_lengths,
-            rnn_mode=self._rnn_mode,
-            is_training=True,
-            time_major=False,
-        )
-        h = tf.squeeze(out.output_h, 1)
-        states = [h, tf.squeeze(out.output_c, 1)] if lstm else [h]
-        if lengths is None:
-            last = h
-            outputs = out.output if self.return_sequences else None
-        else:
-            # Keras' loop: a masked step keeps the states and outputs the previous step's output
-            # (zeros before the first valid step), or zeros with zero_output_for_mask. The kernel
-            # outputs zeros at t >= length; the final h is the output of the last valid step.
-            valid = tf.expand_dims(lengths > 0, 1)
-            zero = tf.zeros_like(h)
-            if self.go_backwards:
-                # processing order: the T - length masked steps come first (zeros), then the
-                # valid steps in reverse; the last processed step is valid iff length > 0.
-                last = tf.where(valid, h, zero)
-                outputs = None
-                if self.return_sequences:
-                    outputs = tf.reverse(
-                        tf.reverse_sequence(out.output, lengths, seq_axis=1, batch_axis=0), [1]
-                    )
-            elif self.zero_output_for_mask:
-                last = tf.where(tf.expand_dims(tf.equal(lengths, steps), 1), h, zero)
-                outputs = out.output if self.return_sequences else None
-            else:
-                last = tf.where(valid, h, zero)
-                outputs = None
-                if self.return_sequences:
-                    keep = tf.expand_dims(tf.sequence_mask(lengths, steps), -1)
-                    outputs = tf.where(keep, out.output, tf.expand_dims(last, 1))
-        if outputs is None:
-            outputs = tf.expand_dims(last, 1)
-        return last, outputs, states
+        c0 = tf.cast(initial_state[1], dtype) if lstm else None
+        return keras_rnn_loop(x, h0, c0, self._params(dtype), lengths, self._rnn_mode,
+                              self.go_backwards, self.return_sequences,
+                              self.zero_output_for_mask)
 
 
 @_register
@@ -292,15 +242,8 @@ class LSTM(_FusedRNNMixin, keras.layers.LSTM):
 
     def _params(self, dtype):
         cell = self.cell
-        kernel = _read(cell.kernel, dtype)
-        recurrent = _read(cell.recurrent_kernel, dtype)
-        if cell.use_bias:
-            bias = _read(cell.bias, dtype)
-        else:
-            bias = tf.zeros([4 * cell.units], dtype)
-        # docs/cudnn_rnn.md §6.5: W_g = kernel[:, g]^T, R_g = recurrent_kernel[:, g]^T, b_W = 0,
-        # b_R = bias.
-        return tf.concat([_flat_t(kernel), _flat_t(recurrent), tf.zeros_like(bias), bias], 0)
+        return lstm_params(_read(cell.kernel, dtype), _read(cell.recurrent_kernel, dtype),
+                           _read(cell.bias, dtype) if cell.use_bias else None)
 
 
 @_register
@@ -387,18 +330,8 @@ class GRU(_FusedRNNMixin, keras.layers.GRU):
 
     def _params(self, dtype):
         cell = self.cell
-        H = cell.units
-
-        def to_cudnn_order(m):  # Keras gate blocks z, r, h -> cuDNN r, z, h (last axis)
-            return tf.concat([m[..., H:2 * H], m[..., :H], m[..., 2 * H:]], -1)
-
-        kernel = to_cudnn_order(_read(cell.kernel, dtype))
-        recurrent = to_cudnn_order(_read(cell.recurrent_kernel, dtype))
-        if cell.use_bias:
-            bias = tf.reshape(to_cudnn_order(_read(cell.bias, dtype)), [-1])  # b_W, then b_R
-        else:
-            bias = tf.zeros([6 * H], dtype)
-        return tf.concat([_flat_t(kernel), _flat_t(recurrent), bias], 0)
+        return gru_params(_read(cell.kernel, dtype), _read(cell.recurrent_kernel, dtype),
+                          _read(cell.bias, dtype) if cell.use_bias else None)
 
 
 @_register
@@ -475,10 +408,5 @@ class SimpleRNN(_FusedRNNMixin, keras.layers.SimpleRNN):
 
     def _params(self, dtype):
         cell = self.cell
-        kernel = _read(cell.kernel, dtype)
-        recurrent = _read(cell.recurrent_kernel, dtype)
-        if cell.use_bias:
-            bias = _read(cell.bias, dtype)
-        else:
-            bias = tf.zeros([cell.units], dtype)
-        return tf.concat([_flat_t(kernel), _flat_t(recurrent), tf.zeros_like(bias), bias], 0)
+        return simple_rnn_params(_read(cell.kernel, dtype), _read(cell.recurrent_kernel, dtype),
+                                 _read(cell.bias, dtype) if cell.use_bias else None)

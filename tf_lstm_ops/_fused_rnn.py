@@ -1,0 +1,102 @@
+"""What the Keras 3 (``tf_lstm_ops.keras``) and Keras 2 (``tf_lstm_ops.tf_keras``) drop-in layers
+share, with no Keras import: Keras' weights as the op's cuDNN params buffer, and Keras' RNN loop
+(``backend.rnn``'s last output, outputs and states, masks and ``go_backwards`` included) computed by
+one ``TfLstm>CudnnRNNV3`` op. Both Keras versions define the loop's results the same way.
+"""
+
+import tensorflow as tf
+
+from tf_lstm_ops._loader import library
+
+
+def _flat_t(matrix):
+    """[in, G*H] Keras kernel -> the G row-major [H, in] cuDNN matrices, concatenated."""
+    return tf.reshape(tf.transpose(matrix), [-1])
+
+
+def lstm_params(kernel, recurrent_kernel, bias):
+    """Keras LSTM weights (gates i, f, c, o; bias [4H] or None) as the params buffer
+    (docs/cudnn_rnn.md §6.5: W_g = kernel[:, g]^T, R_g = recurrent_kernel[:, g]^T, b_W = 0,
+    b_R = bias)."""
+    if bias is None:
+        bias = tf.zeros([tf.shape(recurrent_kernel)[1]], recurrent_kernel.dtype)
+    return tf.concat([_flat_t(kernel), _flat_t(recurrent_kernel), tf.zeros_like(bias), bias], 0)
+
+
+def simple_rnn_params(kernel, recurrent_kernel, bias):
+    """Keras SimpleRNN weights (bias [H] or None) as the params buffer: the LSTM layout, G = 1."""
+    return lstm_params(kernel, recurrent_kernel, bias)
+
+
+def gru_params(kernel, recurrent_kernel, bias):
+    """Keras GRU(reset_after=True) weights (gates z, r, h; bias [2, 3H]: input, recurrent; or None)
+    as the params buffer (cuDNN gate order r, z, h)."""
+    units = tf.shape(recurrent_kernel)[0]
+
+    def to_cudnn_order(m):  # last axis: Keras z, r, h -> cuDNN r, z, h
+        return tf.concat([m[..., units:2 * units], m[..., :units], m[..., 2 * units:]], -1)
+
+    if bias is None:
+        flat_bias = tf.zeros([6 * units], recurrent_kernel.dtype)
+    else:
+        flat_bias = tf.reshape(to_cudnn_order(bias), [-1])  # b_W, then b_R
+    return tf.concat([_flat_t(to_cudnn_order(kernel)), _flat_t(to_cudnn_order(recurrent_kernel)),
+                      flat_bias], 0)
+
+
+def keras_rnn_loop(x, h0, c0, params, lengths, rnn_mode, go_backwards, return_sequences,
+                   zero_output_for_mask):
+    """Keras' RNN loop over x [B, T, I] (inputs already dropped out) from h0 (and c0 for LSTM),
+    on one op: (last_output [B, H], outputs [B, T, H] or [B, 1, H] without return_sequences,
+    states). `lengths` [B] are the per-example lengths of a right-padded mask, or None."""
+    dtype = x.dtype
+    shape = tf.shape(x)
+    batch, steps = shape[0], shape[1]
+    seq_lengths = tf.fill([batch], steps) if lengths is None else lengths
+    if go_backwards:
+        x = (tf.reverse(x, [1]) if lengths is None
+             else tf.reverse_sequence(x, lengths, seq_axis=1, batch_axis=0))
+    lstm = rnn_mode == "lstm"
+    c0 = c0 if lstm else tf.zeros([], dtype)
+    out = library.op("CudnnRNNV3")(
+        input=x,
+        input_h=tf.expand_dims(h0, 1),  # [B, 1, H] (batch-major state label)
+        input_c=tf.expand_dims(c0, 1) if lstm else c0,
+        params=params,
+        sequence_lengths=seq_lengths,
+        rnn_mode=rnn_mode,
+        is_training=True,
+        time_major=False,
+    )
+    h = tf.squeeze(out.output_h, 1)
+    states = [h, tf.squeeze(out.output_c, 1)] if lstm else [h]
+    if lengths is None:
+        last = h
+        outputs = out.output if return_sequences else None
+    else:
+        # Keras' loop: a masked step keeps the states and outputs the previous step's output
+        # (zeros before the first valid step), or zeros with zero_output_for_mask. The kernel
+        # outputs zeros at t >= length; the final h is the output of the last valid step.
+        valid = tf.expand_dims(lengths > 0, 1)
+        zero = tf.zeros_like(h)
+        if go_backwards:
+            # processing order: the T - length masked steps come first (zeros), then the
+            # valid steps in reverse; the last processed step is valid iff length > 0.
+            last = tf.where(valid, h, zero)
+            outputs = None
+            if return_sequences:
+                outputs = tf.reverse(
+                    tf.reverse_sequence(out.output, lengths, seq_axis=1, batch_axis=0), [1]
+                )
+        elif zero_output_for_mask:
+            last = tf.where(tf.expand_dims(tf.equal(lengths, steps), 1), h, zero)
+            outputs = out.output if return_sequences else None
+        else:
+            last = tf.where(valid, h, zero)
+            outputs = None
+            if return_sequences:
+                keep = tf.expand_dims(tf.sequence_mask(lengths, steps), -1)
+                outputs = tf.where(keep, out.output, tf.expand_dims(last, 1))
+    if outputs is None:
+        outputs = tf.expand_dims(last, 1)
+    return last, outputs, states
