@@ -1,12 +1,40 @@
 """What the Keras 3 (``tf_lstm_ops.keras``) and Keras 2 (``tf_lstm_ops.tf_keras``) drop-in layers
-share, with no Keras import: Keras' weights as the op's cuDNN params buffer, and Keras' RNN loop
+share, with no Keras import: the fallback warning, a mask's lengths and whether it is
+right-padded, Keras' weights as the op's cuDNN params buffer, and Keras' RNN loop
 (``backend.rnn``'s last output, outputs and states, masks and ``go_backwards`` included) computed by
 one ``TfLstm>CudnnRNNV3`` op. Both Keras versions define the loop's results the same way.
 """
 
+import logging
+import weakref
+
 import tensorflow as tf
 
 from tf_lstm_ops._loader import library
+
+_log = logging.getLogger("tf_lstm_ops")
+_warned = weakref.WeakKeyDictionary()  # layer -> the fallback reasons already logged for it
+
+
+def warn_fallback(layer, reason, level=logging.WARNING):
+    """Logs once per layer and reason that a call runs the Keras class's own implementation."""
+    reasons = _warned.setdefault(layer, set())
+    if reason not in reasons:
+        reasons.add(reason)
+        _log.log(level, "tf_lstm_ops: %s %r: %s: running the Keras class's own implementation "
+                 "(the same results at its speed).", type(layer).__name__, layer.name, reason)
+
+
+def mask_lengths(mask):
+    """Per-example lengths of a [B, T] (or [B, T, 1]) mask, and whether it is right-padded (every
+    row True for its first `length` steps, False after them): a bool scalar tensor."""
+    mask = tf.convert_to_tensor(mask)
+    if mask.shape.rank == 3:
+        mask = tf.squeeze(mask, -1)
+    mask = tf.cast(mask, tf.bool)
+    lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
+    right_padded = tf.reduce_all(tf.equal(mask, tf.sequence_mask(lengths, tf.shape(mask)[1])))
+    return lengths, right_padded
 
 
 def _flat_t(matrix):

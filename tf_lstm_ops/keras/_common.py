@@ -1,10 +1,11 @@
 """What the Keras layer modules share: their registration for Keras serialisation, the backend
-check, the refusal of Keras 2 (tf_keras) tensors, reading weights and inputs in the compute dtype, the per-example lengths of a mask (and
-whether it is right-padded), and the TfLstm>CudnnRNNV3 op that the drop-in and CudnnRNN layers run."""
+check, the refusal of Keras 2 (tf_keras) tensors, reading weights and inputs in the compute
+dtype, the lengths of a mask that must be right-padded, and the TfLstm>CudnnRNNV3 op that the drop-in and CudnnRNN layers run."""
 
 import keras
 import tensorflow as tf
 
+from tf_lstm_ops._fused_rnn import mask_lengths
 from tf_lstm_ops._loader import library
 
 _PACKAGE = "tf_lstm_ops"
@@ -35,8 +36,8 @@ class _Keras3Only:
                     "tf_lstm_ops.keras.%s is a Keras 3 layer and was called on a tf_keras (Keras "
                     "2) tensor, as happens with TF_USE_LEGACY_KERAS=1 and tf.keras.Input: tf_keras "
                     "would not train its weights. Build the model with Keras 3 (import keras; "
-                    "keras.Input) or without TF_USE_LEGACY_KERAS; tf_keras layers of this "
-                    "library do not exist yet." % type(self).__name__)
+                    "keras.Input), or use tf_lstm_ops.tf_keras.%s, this layer for tf_keras."
+                    % (type(self).__name__, type(self).__name__))
         return super().__call__(*args, **kwargs)
 
 
@@ -56,22 +57,10 @@ def _as_input(inputs, layer):
     return x
 
 
-def _mask_lengths(mask):
-    """Per-example lengths of a [B, T] (or [B, T, 1]) mask, and whether it is right-padded (every
-    row True for its first `length` steps, False after them): a bool scalar tensor."""
-    mask = tf.convert_to_tensor(mask)
-    if mask.shape.rank == 3:
-        mask = tf.squeeze(mask, -1)
-    mask = tf.cast(mask, tf.bool)
-    lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
-    right_padded = tf.reduce_all(tf.equal(mask, tf.sequence_mask(lengths, tf.shape(mask)[1])))
-    return lengths, right_padded
-
-
 def _right_padded_lengths(mask, layer_name):
     """Per-example lengths of a [B, T] mask, asserting that it is right-padded (for layers with no
     Keras implementation to fall back to)."""
-    lengths, right_padded = _mask_lengths(mask)
+    lengths, right_padded = mask_lengths(mask)
     check = tf.debugging.Assert(
         right_padded,
         [

@@ -13,24 +13,27 @@ Right-padding is decided per batch.
 """
 
 import logging
-import weakref
 
 import keras
 import tensorflow as tf
 
-from tf_lstm_ops._fused_rnn import gru_params, keras_rnn_loop, lstm_params, simple_rnn_params
+from tf_lstm_ops._fused_rnn import (
+    gru_params,
+    keras_rnn_loop,
+    lstm_params,
+    mask_lengths,
+    simple_rnn_params,
+    warn_fallback,
+)
 from tf_lstm_ops._loader import in_xla_context
 from tf_lstm_ops.keras._common import (
     _Keras3Only,
     _as_input,
     _check_backend,
-    _mask_lengths,
     _read,
     _register,
 )
 
-_log = logging.getLogger("tf_lstm_ops")
-_warned = weakref.WeakKeyDictionary()  # layer -> the fallback reasons already logged for it
 
 
 def _functions(*names):
@@ -87,14 +90,6 @@ class _FusedRNNMixin(_Keras3Only):
             return "unroll=True (asks for Keras' unrolled loop)"
         return None
 
-    def _warn_fallback(self, reason, level=logging.WARNING):
-        reasons = _warned.setdefault(self, set())
-        if reason not in reasons:
-            reasons.add(reason)
-            _log.log(level, "tf_lstm_ops.keras.%s %r: %s: running Keras' own implementation "
-                     "(the same results at Keras' speed).", type(self).__name__, self.name,
-                     reason)
-
     def inner_loop(self, sequences, initial_state, mask, training=False):
         if keras.tree.is_nested(mask):
             mask = mask[0]
@@ -111,7 +106,7 @@ class _FusedRNNMixin(_Keras3Only):
             reason = "recurrent_dropout=%r while training (a mask on the state inside every " \
                      "step)" % self.cell.recurrent_dropout
         if reason is not None:
-            self._warn_fallback(reason)
+            warn_fallback(self, reason)
             return keras_loop()
         if training and self.cell.dropout:
             # Drawn once, outside any branch below, so that both paths use the same mask (and
@@ -119,17 +114,17 @@ class _FusedRNNMixin(_Keras3Only):
             self.cell.get_dropout_mask(_as_input(sequences, self)[:, 0, :])
         if mask is None:
             return self._fused_inner_loop(sequences, initial_state, None, training)
-        lengths, right_padded = _mask_lengths(mask)
+        lengths, right_padded = mask_lengths(mask)
         not_right_padded = "a mask that is not right-padded (left padding or masked steps " \
                            "inside a sequence: the kernel takes one length per example)"
         if tf.executing_eagerly():
             if bool(right_padded):
                 return self._fused_inner_loop(sequences, initial_state, lengths, training)
-            self._warn_fallback(not_right_padded)
+            warn_fallback(self, not_right_padded)
             return keras_loop()
         # In a graph the data decides, per batch; what Keras' loop returns as outputs without
         # return_sequences is not read, so both branches return the same structure.
-        self._warn_fallback("batches with " + not_right_padded + " will run Keras' loop, "
+        warn_fallback(self, "batches with " + not_right_padded + " will run Keras' loop, "
                             "right-padded batches the fused kernel", level=logging.INFO)
 
         def same_structure(result):

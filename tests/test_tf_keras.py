@@ -1,0 +1,158 @@
+"""tf_lstm_ops.tf_keras: the drop-in LSTM / GRU / SimpleRNN for tf_keras (Keras 2) against
+tf_keras' own layers (outputs, states and gradients with the same weights; masks, go_backwards,
+the configurations that run tf_keras' own call), and, with TF_USE_LEGACY_KERAS=1 in a fresh
+interpreter, Sequential and functional tf.keras models that train every weight like tf_keras'
+and round-trip through .h5 and SavedModel."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+tf_keras = pytest.importorskip("tf_keras", reason="./configure.sh installs the pinned tf_keras")
+import tf_lstm_ops.tf_keras as tlk2  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+B, T, I, H = 3, 5, 4, 3
+KINDS = {"lstm": ("LSTM", {}), "gru": ("GRU", {}), "rnn_tanh": ("SimpleRNN", {}),
+         "rnn_relu": ("SimpleRNN", dict(activation="relu"))}
+
+
+def masks():
+    right = np.arange(T)[None, :] < np.array([5, 2, 0])[:, None]
+    hole = right.copy()
+    hole[0, 2] = False
+    return {"none": None, "right_padded": right, "hole": hole}
+
+
+def pair(rng, kind, **kw):
+    name, extra = KINDS[kind]
+    ours = getattr(tlk2, name)(H, **extra, **kw)
+    theirs = getattr(tf_keras.layers, name)(H, **extra, **kw)
+    for layer in (ours, theirs):
+        layer.build((None, T, I))
+    theirs.set_weights([rng.uniform(-0.8, 0.8, w.shape).astype(np.float32)
+                        for w in ours.get_weights()])
+    ours.set_weights(theirs.get_weights())
+    return ours, theirs
+
+
+def outputs_and_grads(layer, x, mask, cot):
+    x = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        outs = layer(x, mask=None if mask is None else tf.constant(mask))
+        outs = outs if isinstance(outs, list) else [outs]
+        loss = sum(tf.reduce_sum(o * c) for o, c in zip(outs, cot))
+    grads = tape.gradient(loss, [x] + layer.trainable_weights)
+    return [np.asarray(o) for o in outs], [np.asarray(g) for g in grads]
+
+
+@pytest.mark.parametrize("mask", list(masks()))
+@pytest.mark.parametrize("go_backwards", [False, True])
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_equal_to_tf_keras(rng, kind, go_backwards, mask):
+    ours, theirs = pair(rng, kind, return_sequences=True, return_state=True,
+                        go_backwards=go_backwards)
+    x = rng.uniform(-1, 1, (B, T, I)).astype(np.float32)
+    n_states = 2 if kind == "lstm" else 1
+    cot = [rng.uniform(-1, 1, (B, T, H)).astype(np.float32)] + [
+        rng.uniform(-1, 1, (B, H)).astype(np.float32) for _ in range(n_states)]
+    got = outputs_and_grads(ours, x, masks()[mask], cot)
+    want = outputs_and_grads(theirs, x, masks()[mask], cot)
+    for a, b in zip(got[0] + got[1], want[0] + want[1]):
+        np.testing.assert_allclose(a, b, atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind, kwargs, reason", [
+    ("lstm", dict(activation="relu"), "activation='relu'"),
+    ("lstm", dict(recurrent_dropout=0.2), "recurrent_dropout"),
+    ("lstm", dict(unroll=True), "unroll"),
+    ("lstm", dict(use_bias=False), "use_bias=False"),
+    ("lstm", dict(time_major=True), "time_major"),
+    ("gru", dict(reset_after=False), "reset_after=False"),
+    ("rnn_tanh", dict(activation="sigmoid"), "activation='sigmoid'"),
+])
+def test_what_the_kernel_cannot_serve_runs_tf_keras(rng, caplog, kind, kwargs, reason):
+    ours, theirs = pair(rng, kind, return_sequences=True, **kwargs)
+    x = rng.uniform(-1, 1, (T, B, I) if kwargs.get("time_major") else (B, T, I))
+    x = x.astype(np.float32)
+    with caplog.at_level("WARNING", logger="tf_lstm_ops"):
+        got = ours(x)
+    np.testing.assert_allclose(got, theirs(x), atol=1e-6)
+    assert reason in caplog.text
+
+
+def run_legacy_keras(script):
+    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2",
+               PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_legacy_keras_models_train_and_round_trip(tmp_path):
+    result = run_legacy_keras("""
+        import json
+        import numpy as np
+        import tensorflow as tf
+        import tf_lstm_ops.tf_keras as tlk2
+        assert tf.keras.__name__.startswith("tf_keras"), tf.keras.__name__
+        T, I = 6, 3
+
+        def sequential(layers):
+            return tf.keras.Sequential([
+                tf.keras.Input((T, I)), tf.keras.layers.Masking(),
+                layers.LSTM(5, return_sequences=True),
+                tf.keras.layers.Bidirectional(layers.GRU(4, return_sequences=True)),
+                layers.SimpleRNN(3), tf.keras.layers.Dense(1)])
+
+        def functional(layers):
+            inputs = tf.keras.Input((T, I))
+            h = layers.LSTM(4, return_sequences=True)(inputs)
+            h = layers.GRU(3)(h)
+            return tf.keras.Model(inputs, tf.keras.layers.Dense(1)(h))
+
+        rng = np.random.default_rng(0)
+        x = rng.uniform(-1, 1, (16, T, I)).astype(np.float32) + 2.0
+        x[np.arange(T)[None, :] >= rng.integers(1, T + 1, 16)[:, None]] = 0.0
+        y = rng.uniform(-1, 1, (16, 1)).astype(np.float32)
+        report = {}
+        for name, build in (("sequential", sequential), ("functional", functional)):
+            ours, theirs = build(tlk2), build(tf.keras.layers)
+            theirs.set_weights([rng.uniform(-0.5, 0.5, w.shape).astype(np.float32)
+                                for w in theirs.get_weights()])
+            ours.set_weights(theirs.get_weights())
+            initial = ours.get_weights()
+            for model in (ours, theirs):
+                model.compile(optimizer=tf.keras.optimizers.SGD(0.3), loss="mse")
+                model.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+            trained = ours.get_weights()
+            entry = dict(
+                max_diff=max(float(np.max(np.abs(a - b)))
+                             for a, b in zip(trained, theirs.get_weights())),
+                unchanged=sum(bool(np.array_equal(a, b)) for a, b in zip(initial, trained)),
+                trainable=len(ours.trainable_weights), weights=len(trained))
+            predicted = ours.predict(x, verbose=0)
+            for fmt, path in (("h5", "%s/%s.h5"), ("savedmodel", "%s/%s_saved")):
+                target = path % (r"TMP", name)
+                ours.save(target)
+                loaded = tf.keras.models.load_model(target)
+                entry[fmt] = float(np.max(np.abs(loaded.predict(x, verbose=0) - predicted)))
+                entry[fmt + "_classes"] = sorted({type(l).__module__ for l in loaded.layers
+                                                  if "lstm_ops" in type(l).__module__})
+            report[name] = entry
+        print(json.dumps(report))
+    """.replace("TMP", str(tmp_path)))
+    for name, entry in result.items():
+        assert entry["trainable"] == entry["weights"], entry
+        assert entry["unchanged"] == 0, (name, entry)  # fit trained every weight
+        assert entry["max_diff"] <= 2e-5, (name, entry)  # like tf_keras' own layers
+        assert entry["h5"] <= 1e-6 and entry["savedmodel"] <= 1e-6, (name, entry)
+        assert entry["h5_classes"] == ["tf_lstm_ops.tf_keras"], (name, entry)

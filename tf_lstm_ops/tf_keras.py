@@ -1,0 +1,237 @@
+"""``LSTM``, ``GRU``, ``SimpleRNN`` for tf_keras (Keras 2: ``TF_USE_LEGACY_KERAS=1``, where
+``tf.keras`` is tf_keras): drop-ins for ``tf_keras.layers.LSTM`` / ``GRU`` / ``SimpleRNN`` that run
+one fused ``TfLstm>CudnnRNNV3`` op on the sequence.
+
+    import os; os.environ["TF_USE_LEGACY_KERAS"] = "1"
+    import tensorflow as tf
+    import tf_lstm_ops.tf_keras as tlk2
+
+    model = tf.keras.Sequential([tf.keras.Input((None, 16)), tf.keras.layers.Masking(),
+                                 tlk2.LSTM(64, return_sequences=True), tlk2.GRU(32)])
+
+They subclass tf_keras' layers: the same arguments, defaults, weights and ``get_config``, so
+``Sequential`` and functional models take them, ``fit`` trains every weight, and ``.h5`` and
+SavedModel files round-trip (``import tf_lstm_ops.tf_keras`` before loading). The fused op runs
+exactly where tf_keras runs its cuDNN-compatible implementation (``_could_use_gpu_kernel``:
+tanh/sigmoid, no ``recurrent_dropout``, no ``unroll``, ``use_bias``, GRU ``reset_after``), with
+its input dropout; every other call (those configurations, ``time_major``, ragged inputs, a mask
+that is not right-padded, XLA compilation, SimpleRNN activations other than tanh/relu) runs the
+tf_keras class's own ``call``, with one warning per layer and reason. Results equal tf_keras'.
+"""
+
+import logging
+
+import tensorflow as tf
+import tf_keras
+
+from tf_lstm_ops._fused_rnn import (
+    gru_params,
+    keras_rnn_loop,
+    lstm_params,
+    mask_lengths,
+    simple_rnn_params,
+    warn_fallback,
+)
+from tf_lstm_ops._loader import in_xla_context
+
+_register = tf_keras.saving.register_keras_serializable(package="tf_lstm_ops")
+_ACTIVATIONS = {"tanh": (tf_keras.activations.tanh, tf.tanh, tf.math.tanh, tf.nn.tanh),
+                "sigmoid": (tf_keras.activations.sigmoid, tf.sigmoid, tf.math.sigmoid,
+                            tf.nn.sigmoid),
+                "relu": (tf_keras.activations.relu, tf.nn.relu)}
+
+
+def _named(fn, names):
+    return any(fn in _ACTIVATIONS[name] for name in names)
+
+
+class _FusedCall:
+    """call() for tf_keras' RNN subclasses: the fused op where it computes what tf_keras computes,
+    else the tf_keras class's own call."""
+
+    _keras_class = None
+    _rnn_mode = None
+
+    def _static_fallback_reason(self):
+        raise NotImplementedError
+
+    def _params(self, dtype):
+        raise NotImplementedError
+
+    def _read(self, variable, dtype):
+        return tf.cast(tf.convert_to_tensor(variable), dtype)
+
+    def _dropped_out(self, x, training):
+        raise NotImplementedError
+
+    def call(self, inputs, mask=None, training=None, initial_state=None, **kwargs):
+        def keras_call():
+            return self._keras_class.call(self, inputs, mask=mask, training=training,
+                                          initial_state=initial_state, **kwargs)
+
+        reason = self._static_fallback_reason()
+        if reason is None and self.time_major:
+            reason = "time_major=True"
+        if reason is None and kwargs.get("constants") is not None:
+            reason = "constants"
+        if reason is None and isinstance(inputs, tf.RaggedTensor):
+            reason = "ragged inputs"
+        if reason is None and in_xla_context():
+            reason = "compiled by XLA (jit_compile=True), where the custom op has no kernel"
+        if reason is None and mask is not None and self.stateful and not tf.executing_eagerly():
+            reason = "a mask on a stateful layer in a graph (the state update cannot be branched)"
+        if reason is not None:
+            warn_fallback(self, reason)
+            return keras_call()
+        if isinstance(mask, list):
+            mask = mask[0]
+        if mask is None:
+            return self._fused_call(inputs, None, training, initial_state)
+        lengths, right_padded = mask_lengths(mask)
+        not_right_padded = ("a mask that is not right-padded (left padding or masked steps "
+                            "inside a sequence: the kernel takes one length per example)")
+        if tf.executing_eagerly():
+            if bool(right_padded):
+                return self._fused_call(inputs, lengths, training, initial_state)
+            warn_fallback(self, not_right_padded)
+            return keras_call()
+        warn_fallback(self, "batches with " + not_right_padded + " will run tf_keras' loop, "
+                      "right-padded batches the fused kernel", level=logging.INFO)
+
+        def as_list(result):
+            return list(result) if isinstance(result, (list, tuple)) else [result]
+
+        result = tf.cond(right_padded,
+                         lambda: as_list(self._fused_call(inputs, lengths, training,
+                                                          initial_state)),
+                         lambda: as_list(keras_call()))
+        return result if self.return_state else result[0]
+
+    def _fused_call(self, inputs, lengths, training, initial_state):
+        inputs, initial_state, _ = self._process_inputs(inputs, initial_state, None)
+        x = tf.convert_to_tensor(inputs)
+        if not x.dtype.is_floating:
+            x = tf.cast(x, self.compute_dtype)
+        dtype = x.dtype
+        x = self._dropped_out(x, training)
+        lstm = self._rnn_mode == "lstm"
+        h0 = tf.cast(initial_state[0], dtype)
+        c0 = tf.cast(initial_state[1], dtype) if lstm else None
+        last, outputs, states = keras_rnn_loop(x, h0, c0, self._params(dtype), lengths,
+                                               self._rnn_mode, self.go_backwards,
+                                               self.return_sequences, self.zero_output_for_mask)
+        if self.stateful:  # as tf_keras' RNN.call
+            updates = [tf.compat.v1.assign(self_state, tf.cast(state, self_state.dtype))
+                       for self_state, state in zip(tf.nest.flatten(self.states), states)]
+            self.add_update(updates)
+        output = outputs if self.return_sequences else last
+        if self.return_state:
+            return [output] + list(states)
+        return output
+
+
+def _gpu_kernel_reason(layer):
+    """Why tf_keras would not run its cuDNN-compatible implementation (our kernel's twin)."""
+    cell = layer.cell
+    if not _named(cell.activation, ("tanh",)):
+        return "activation=%r (the fused kernel implements 'tanh' only)" % getattr(
+            cell.activation, "__name__", cell.activation)
+    if not _named(cell.recurrent_activation, ("sigmoid",)):
+        return "recurrent_activation=%r (the fused kernel implements 'sigmoid' only)" % getattr(
+            cell.recurrent_activation, "__name__", cell.recurrent_activation)
+    if cell.recurrent_dropout:
+        return "recurrent_dropout=%r (a mask on the state inside every step)" % (
+            cell.recurrent_dropout)
+    if layer.unroll:
+        return "unroll=True (asks for tf_keras' unrolled loop)"
+    if not cell.use_bias:
+        return "use_bias=False (tf_keras then runs its per-step loop, with its own dropout)"
+    if not layer._could_use_gpu_kernel:
+        return "a configuration tf_keras runs with its per-step loop"
+    return None
+
+
+@_register
+class LSTM(_FusedCall, tf_keras.layers.LSTM):
+    """Drop-in ``tf_keras.layers.LSTM`` on the fused kernel (see the module doc)."""
+
+    _keras_class = tf_keras.layers.LSTM
+    _rnn_mode = "lstm"
+
+    def _static_fallback_reason(self):
+        return _gpu_kernel_reason(self)
+
+    def _dropped_out(self, x, training):
+        # tf_keras' cuDNN-compatible path: one mask over the whole [B, T, I] input.
+        self.reset_dropout_mask()
+        mask = self.get_dropout_mask_for_cell(x, training, count=4)
+        return x if mask is None else x * mask[0]
+
+    def _params(self, dtype):
+        cell = self.cell
+        return lstm_params(self._read(cell.kernel, dtype), self._read(cell.recurrent_kernel, dtype),
+                           self._read(cell.bias, dtype))
+
+
+@_register
+class GRU(_FusedCall, tf_keras.layers.GRU):
+    """Drop-in ``tf_keras.layers.GRU`` on the fused kernel (cuDNN's GRU is the ``reset_after=True``
+    GRU, tf_keras' default; see the module doc)."""
+
+    _keras_class = tf_keras.layers.GRU
+    _rnn_mode = "gru"
+
+    def _static_fallback_reason(self):
+        if not self.cell.reset_after:
+            return ("reset_after=False (the kernel is cuDNN's GRU, which resets after the "
+                    "recurrent matmul)")
+        return _gpu_kernel_reason(self)
+
+    def _dropped_out(self, x, training):
+        self.reset_dropout_mask()
+        mask = self.get_dropout_mask_for_cell(x, training, count=3)
+        return x if mask is None else x * mask[0]
+
+    def _params(self, dtype):
+        cell = self.cell
+        return gru_params(self._read(cell.kernel, dtype), self._read(cell.recurrent_kernel, dtype),
+                          self._read(cell.bias, dtype))
+
+
+@_register
+class SimpleRNN(_FusedCall, tf_keras.layers.SimpleRNN):
+    """Drop-in ``tf_keras.layers.SimpleRNN`` on the fused kernel (``rnn_tanh`` or ``rnn_relu``;
+    see the module doc)."""
+
+    _keras_class = tf_keras.layers.SimpleRNN
+
+    @property
+    def _rnn_mode(self):
+        return "rnn_relu" if _named(self.cell.activation, ("relu",)) else "rnn_tanh"
+
+    def _static_fallback_reason(self):
+        cell = self.cell
+        if not _named(cell.activation, ("tanh", "relu")):
+            return "activation=%r (the fused kernel implements 'tanh' or 'relu' only)" % getattr(
+                cell.activation, "__name__", cell.activation)
+        if cell.recurrent_dropout:
+            return "recurrent_dropout=%r (a mask on the state inside every step)" % (
+                cell.recurrent_dropout)
+        if self.unroll:
+            return "unroll=True (asks for tf_keras' unrolled loop)"
+        return None
+
+    def _dropped_out(self, x, training):
+        # tf_keras' loop: the cell's mask for one step's input, the same at every step.
+        self._maybe_reset_cell_dropout_mask(self.cell)
+        mask = self.cell.get_dropout_mask_for_cell(x[:, 0, :], training)
+        return x if mask is None else x * tf.expand_dims(mask, 1)
+
+    def _params(self, dtype):
+        cell = self.cell
+        bias = self._read(cell.bias, dtype) if cell.use_bias else None
+        return simple_rnn_params(self._read(cell.kernel, dtype),
+                                 self._read(cell.recurrent_kernel, dtype), bias)
+
+
+__all__ = ["LSTM", "GRU", "SimpleRNN"]
