@@ -15,20 +15,14 @@
 #ifndef TF_LSTM_OPS_CC_BLOCK_LSTM_CPU_ENGINE_H_
 #define TF_LSTM_OPS_CC_BLOCK_LSTM_CPU_ENGINE_H_
 
-#ifndef EIGEN_USE_THREADS
-#define EIGEN_USE_THREADS
-#endif
-
 #include <cstddef>
 #include <cstdint>
 
 #include "cc/core/block_lstm_types.h"
-#include "unsupported/Eigen/CXX11/Tensor"
+#include "cc/cpu/device.h"
 
 namespace tf_lstm_ops {
 namespace cpu {
-
-using CPUDevice = Eigen::ThreadPoolDevice;
 
 // BlockLSTM / BlockLSTMV2 / LSTMBlockCell (dims.time = 1): runs seq_len_max steps; every output
 // is zero at steps >= seq_len_max.

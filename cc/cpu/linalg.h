@@ -6,10 +6,6 @@
 #ifndef TF_LSTM_OPS_CC_CPU_LINALG_H_
 #define TF_LSTM_OPS_CC_CPU_LINALG_H_
 
-#ifndef EIGEN_USE_THREADS
-#define EIGEN_USE_THREADS
-#endif
-
 #include <algorithm>
 #include <atomic>
 #include <functional>
@@ -20,14 +16,12 @@
 #include <utility>
 #include <vector>
 
+#include "cc/cpu/device.h"
 #include "cc/cpu/gemm.h"
 #include "cc/cpu/scratch.h"
-#include "unsupported/Eigen/CXX11/Tensor"
 
 namespace tf_lstm_ops {
 namespace cpu {
-
-using CPUDevice = Eigen::ThreadPoolDevice;
 
 // Runs fn(phase, unit) for every unit in [0, units) of every phase in [0, phases), in phase
 // order: all units of phase p finish before any unit of phase p + 1 starts, and what a unit

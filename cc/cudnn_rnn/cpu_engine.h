@@ -6,20 +6,14 @@
 #ifndef TF_LSTM_OPS_CC_CUDNN_RNN_CPU_ENGINE_H_
 #define TF_LSTM_OPS_CC_CUDNN_RNN_CPU_ENGINE_H_
 
-#ifndef EIGEN_USE_THREADS
-#define EIGEN_USE_THREADS
-#endif
-
 #include <cstddef>
 #include <cstdint>
 
 #include "cc/core/cudnn_rnn_types.h"
-#include "unsupported/Eigen/CXX11/Tensor"
+#include "cc/cpu/device.h"
 
 namespace tf_lstm_ops {
 namespace cpu {
-
-using CPUDevice = Eigen::ThreadPoolDevice;
 
 // Forward. `workspace` is the reserve space (training) or an inference workspace of
 // RnnWorkspaceBytes(m, run, dropout.active(m), sizeof(AccFor<T>)) bytes, 64-byte aligned; the
