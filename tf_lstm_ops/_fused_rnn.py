@@ -72,6 +72,26 @@ def gru_params(kernel, recurrent_kernel, bias):
                       flat_bias], 0)
 
 
+_NOT_RIGHT_PADDED = ("a mask that is not right-padded (left padding or masked steps inside a "
+                     "sequence: the kernel takes one length per example)")
+
+
+def by_mask(layer, mask, fused, keras_call, same_structure):
+    """fused(lengths) where the mask is right-padded, else keras_call(): eagerly by the mask's
+    value; in a graph by a conditional, the data deciding per batch, both branches made
+    same_structure(result) (a structure both can return)."""
+    lengths, right_padded = mask_lengths(mask)
+    if tf.executing_eagerly():
+        if bool(right_padded):
+            return fused(lengths)
+        warn_fallback(layer, _NOT_RIGHT_PADDED)
+        return keras_call()
+    warn_fallback(layer, "batches with %s will run the Keras class's loop, right-padded batches "
+                  "the fused kernel" % _NOT_RIGHT_PADDED, level=logging.INFO)
+    return tf.cond(right_padded, lambda: same_structure(fused(lengths)),
+                   lambda: same_structure(keras_call()))
+
+
 def keras_rnn_loop(x, h0, c0, params, lengths, rnn_mode, go_backwards, return_sequences,
                    zero_output_for_mask):
     """Keras' RNN loop over x [B, T, I] (inputs already dropped out) from h0 (and c0 for LSTM),

@@ -19,16 +19,14 @@ that is not right-padded, XLA compilation, SimpleRNN activations other than tanh
 tf_keras class's own ``call``, with one warning per layer and reason. Results equal tf_keras'.
 """
 
-import logging
-
 import tensorflow as tf
 import tf_keras
 
 from tf_lstm_ops._fused_rnn import (
+    by_mask,
     gru_params,
     keras_rnn_loop,
     lstm_params,
-    mask_lengths,
     simple_rnn_params,
     warn_fallback,
 )
@@ -87,24 +85,14 @@ class _FusedCall:
             mask = mask[0]
         if mask is None:
             return self._fused_call(inputs, None, training, initial_state)
-        lengths, right_padded = mask_lengths(mask)
-        not_right_padded = ("a mask that is not right-padded (left padding or masked steps "
-                            "inside a sequence: the kernel takes one length per example)")
-        if tf.executing_eagerly():
-            if bool(right_padded):
-                return self._fused_call(inputs, lengths, training, initial_state)
-            warn_fallback(self, not_right_padded)
-            return keras_call()
-        warn_fallback(self, "batches with " + not_right_padded + " will run tf_keras' loop, "
-                      "right-padded batches the fused kernel", level=logging.INFO)
 
         def as_list(result):
             return list(result) if isinstance(result, (list, tuple)) else [result]
 
-        result = tf.cond(right_padded,
-                         lambda: as_list(self._fused_call(inputs, lengths, training,
-                                                          initial_state)),
-                         lambda: as_list(keras_call()))
+        result = by_mask(
+            self, mask, lambda lengths: self._fused_call(inputs, lengths, training, initial_state),
+            keras_call, as_list)
+        result = as_list(result)
         return result if self.return_state else result[0]
 
     def _fused_call(self, inputs, lengths, training, initial_state):

@@ -12,16 +12,14 @@ a function compiled by XLA) runs Keras' own implementation instead (the Keras cl
 Right-padding is decided per batch.
 """
 
-import logging
-
 import keras
 import tensorflow as tf
 
 from tf_lstm_ops._fused_rnn import (
     gru_params,
     keras_rnn_loop,
+    by_mask,
     lstm_params,
-    mask_lengths,
     simple_rnn_params,
     warn_fallback,
 )
@@ -114,30 +112,18 @@ class _FusedRNNMixin(_Keras3Only):
             self.cell.get_dropout_mask(_as_input(sequences, self)[:, 0, :])
         if mask is None:
             return self._fused_inner_loop(sequences, initial_state, None, training)
-        lengths, right_padded = mask_lengths(mask)
-        not_right_padded = "a mask that is not right-padded (left padding or masked steps " \
-                           "inside a sequence: the kernel takes one length per example)"
-        if tf.executing_eagerly():
-            if bool(right_padded):
-                return self._fused_inner_loop(sequences, initial_state, lengths, training)
-            warn_fallback(self, not_right_padded)
-            return keras_loop()
-        # In a graph the data decides, per batch; what Keras' loop returns as outputs without
-        # return_sequences is not read, so both branches return the same structure.
-        warn_fallback(self, "batches with " + not_right_padded + " will run Keras' loop, "
-                            "right-padded batches the fused kernel", level=logging.INFO)
-
+        # What Keras' loop returns as outputs without return_sequences is not read: both paths
+        # return the same structure.
         def same_structure(result):
             last, outputs, states = result
             if not self.return_sequences:
                 outputs = tf.expand_dims(last, 1)
             return last, outputs, list(states)
 
-        return tf.cond(
-            right_padded,
-            lambda: same_structure(
-                self._fused_inner_loop(sequences, initial_state, lengths, training)),
-            lambda: same_structure(keras_loop()))
+        return by_mask(
+            self, mask,
+            lambda lengths: self._fused_inner_loop(sequences, initial_state, lengths, training),
+            keras_loop, same_structure)
 
     def _fused_inner_loop(self, sequences, initial_state, lengths, training):
         if not keras.tree.is_nested(initial_state):
