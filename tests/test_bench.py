@@ -34,14 +34,18 @@ EXPECTED = {  # contender -> phases, per family (torch is blocked below)
         "tf_block": ("fwd", "bwd", "fwd+bwd"),
         "tf_cell_loop": ("fwd",),
         "keras": ("fwd", "fwd+bwd"),
+        "keras_fallback": ("fwd", "fwd+bwd"),
     },
     "gru": {
         "ours_cudnn": ("fwd", "bwd", "fwd+bwd"),
         "keras": ("fwd", "fwd+bwd"),
+        "keras_fallback": ("fwd", "fwd+bwd"),
     },
 }
 if HAVE_OURS_KERAS:
-    EXPECTED["lstm"]["ours_keras"] = EXPECTED["gru"]["ours_keras"] = ("fwd", "fwd+bwd")
+    for _family in EXPECTED:
+        for _key in ("ours_keras", "ours_keras_mask", "ours_keras_fallback"):
+            EXPECTED[_family][_key] = ("fwd", "fwd+bwd")
 
 
 def run_main(argv, capsys):

@@ -239,7 +239,7 @@ def build_ours_cudnn(case):
             "fwd+bwd": lambda: both(args).numpy()}
 
 
-def _keras_phases(layer_cls, case, **kwargs):
+def _keras_phases(layer_cls, case, with_mask=False, **kwargs):
     import tensorflow as tf
 
     # glorot_uniform: the default orthogonal initializer needs a QR, which has no bfloat16 kernel
@@ -247,13 +247,16 @@ def _keras_phases(layer_cls, case, **kwargs):
                       recurrent_initializer="glorot_uniform", **kwargs)
     layer.build((case.B, case.T, case.I))
     x, dy = case.tensor("x_bm"), case.tensor("dy_bm")
-    fwd = tf.function(lambda x: _force([layer(x)]))
+    # A mask of full-length rows: right-padded, so our layers' per-batch decision (a conditional
+    # in the graph) picks the fused kernel; what it costs is what this measures.
+    mask = tf.ones([case.B, case.T], tf.bool) if with_mask else None
+    fwd = tf.function(lambda x: _force([layer(x, mask=mask)]))
 
     @tf.function
     def both(x):
         with tf.GradientTape() as tape:
             tape.watch(x)
-            loss = tf.reduce_sum(layer(x, training=True) * dy)
+            loss = tf.reduce_sum(layer(x, mask=mask, training=True) * dy)
         return _force(tape.gradient(loss, [x] + list(layer.trainable_variables)))
 
     return {"fwd": lambda: fwd(x).numpy(), "fwd+bwd": lambda: both(x).numpy()}
@@ -267,15 +270,36 @@ def build_keras(case):
     return _keras_phases(keras.layers.GRU, case, reset_after=True)
 
 
-def build_ours_keras(case):
+def _ours_keras_layer(case):
     try:
         import tf_lstm_ops.keras as tlk
     except Exception as error:  # the module is optional for the benchmark
         raise Skip("tf_lstm_ops.keras not importable (%s: %s)"
                    % (type(error).__name__, _first_line(error)))
-    if case.family == "lstm":
-        return _keras_phases(tlk.LSTM, case)
-    return _keras_phases(tlk.GRU, case, reset_after=True)
+    return tlk.LSTM if case.family == "lstm" else tlk.GRU
+
+
+def build_ours_keras(case):
+    return _keras_phases(_ours_keras_layer(case), case)
+
+
+def build_ours_keras_mask(case):
+    return _keras_phases(_ours_keras_layer(case), case, with_mask=True)
+
+
+def build_ours_keras_fallback(case):
+    # use_cudnn=False: a configuration our layer hands to Keras' own loop (with a warning)
+    import logging
+
+    logging.getLogger("tf_lstm_ops").setLevel(logging.ERROR)
+    return _keras_phases(_ours_keras_layer(case), case, use_cudnn=False)
+
+
+def build_keras_fallback(case):
+    import keras
+
+    layer = keras.layers.LSTM if case.family == "lstm" else keras.layers.GRU
+    return _keras_phases(layer, case, use_cudnn=False)
 
 
 def build_torch(case):
@@ -321,16 +345,28 @@ CONTENDERS = (
               build_ours_cell_loop, ours=True),
     Contender("ours_keras", "lstm", "ours keras.LSTM", ("fwd", "fwd+bwd"), build_ours_keras,
               ours=True, needs="ours_keras"),
+    Contender("ours_keras_mask", "lstm", "ours keras.LSTM, right-padded mask",
+              ("fwd", "fwd+bwd"), build_ours_keras_mask, ours=True, needs="ours_keras"),
+    Contender("ours_keras_fallback", "lstm", "ours keras.LSTM(use_cudnn=False)",
+              ("fwd", "fwd+bwd"), build_ours_keras_fallback, ours=True, needs="ours_keras"),
     Contender("tf_block", "lstm", "tf.raw_ops BlockLSTMV2", PHASES, build_tf_block,
               dtypes=HALF_FLOAT),
     Contender("tf_cell_loop", "lstm", "tf.raw_ops LSTMBlockCell loop", ("fwd",),
               build_tf_cell_loop, dtypes=HALF_FLOAT),
     Contender("keras", "lstm", "keras.layers.LSTM", ("fwd", "fwd+bwd"), build_keras),
+    Contender("keras_fallback", "lstm", "keras.layers.LSTM(use_cudnn=False)", ("fwd", "fwd+bwd"),
+              build_keras_fallback),
     Contender("torch", "lstm", "torch.nn.LSTM", PHASES, build_torch, needs="torch"),
     Contender("ours_cudnn", "gru", "ours CudnnRNNV3 gru", PHASES, build_ours_cudnn, ours=True),
     Contender("ours_keras", "gru", "ours keras.GRU", ("fwd", "fwd+bwd"), build_ours_keras,
               ours=True, needs="ours_keras"),
+    Contender("ours_keras_mask", "gru", "ours keras.GRU, right-padded mask", ("fwd", "fwd+bwd"),
+              build_ours_keras_mask, ours=True, needs="ours_keras"),
+    Contender("ours_keras_fallback", "gru", "ours keras.GRU(use_cudnn=False)", ("fwd", "fwd+bwd"),
+              build_ours_keras_fallback, ours=True, needs="ours_keras"),
     Contender("keras", "gru", "keras.layers.GRU", ("fwd", "fwd+bwd"), build_keras),
+    Contender("keras_fallback", "gru", "keras.layers.GRU(use_cudnn=False)", ("fwd", "fwd+bwd"),
+              build_keras_fallback),
     Contender("torch", "gru", "torch.nn.GRU", PHASES, build_torch, needs="torch"),
 )
 DEFAULT_BASELINE = {"lstm": "ours_block", "gru": "ours_cudnn"}
