@@ -156,3 +156,21 @@ def test_legacy_keras_models_train_and_round_trip(tmp_path):
         assert entry["max_diff"] <= 2e-5, (name, entry)  # like tf_keras' own layers
         assert entry["h5"] <= 1e-6 and entry["savedmodel"] <= 1e-6, (name, entry)
         assert entry["h5_classes"] == ["tf_lstm_ops.tf_keras"], (name, entry)
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru", "rnn_tanh"])
+def test_stateful_layers_carry_their_state_like_tf_keras(rng, kind):
+    name, extra = KINDS[kind]
+    ours = getattr(tlk2, name)(H, stateful=True, return_sequences=True, **extra)
+    theirs = getattr(tf_keras.layers, name)(H, stateful=True, return_sequences=True, **extra)
+    for layer in (ours, theirs):
+        layer.build((B, T, I))  # stateful layers need the batch size
+    theirs.set_weights([rng.uniform(-0.8, 0.8, w.shape).astype(np.float32)
+                        for w in ours.get_weights()])
+    ours.set_weights(theirs.get_weights())
+    x = rng.uniform(-1, 1, (B, T, I)).astype(np.float32)
+    call_ours, call_theirs = tf.function(lambda x: ours(x)), tf.function(lambda x: theirs(x))
+    for step in range(3):  # the state of each call starts the next, eagerly and in a graph
+        np.testing.assert_allclose(ours(x), theirs(x), atol=2e-5, err_msg="eager %d" % step)
+        np.testing.assert_allclose(call_ours(x), call_theirs(x), atol=2e-5,
+                                   err_msg="graph %d" % step)
