@@ -802,3 +802,29 @@ def test_raw_op_compiled_by_xla_names_the_op_and_the_way_out():
     with pytest.raises(tf.errors.UnimplementedError,
                        match=r"TfLstm>CudnnRNNV3 has no XLA kernel.*tf_lstm_ops\.keras"):
         call()
+
+
+BAD_MASKS = {  # for inputs [B, T, I]
+    "more_steps": np.ones((B, T + 1), bool),
+    "no_steps": np.ones((B, 0), bool),
+    "more_examples": np.ones((B + 1, T), bool),
+    "rank1": np.ones((B,), bool),
+}
+
+
+@pytest.mark.parametrize("graph", [False, True])
+@pytest.mark.parametrize("mask", list(BAD_MASKS))
+@pytest.mark.parametrize("make", [lambda: tlk.LSTM(H), lambda: tlk.GRU(H),
+                                  lambda: tlk.SimpleRNN(H), lambda: tlk.CudnnLSTM(H)],
+                         ids=["LSTM", "GRU", "SimpleRNN", "CudnnLSTM"])
+def test_a_mask_that_does_not_fit_the_inputs_is_an_error(rng, make, mask, graph):
+    """Its lengths would describe other steps: never a silent result. Eagerly and where only the
+    data shows it, InvalidArgumentError; a static mismatch in a graph fails while tracing."""
+    layer = make()
+    x = tf.constant(rng.uniform(-1, 1, (B, T, I)).astype(np.float32))
+    call = tf.function(lambda x, m: layer(x, mask=m)) if graph else (
+        lambda x, m: layer(x, mask=m))
+    static = graph and mask in ("more_examples", "rank1")  # Keras' RNN checks shapes statically
+    with pytest.raises((ValueError, tf.errors.InvalidArgumentError) if static
+                       else tf.errors.InvalidArgumentError):
+        call(x, tf.constant(BAD_MASKS[mask]))

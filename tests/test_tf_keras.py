@@ -174,3 +174,16 @@ def test_stateful_layers_carry_their_state_like_tf_keras(rng, kind):
         np.testing.assert_allclose(ours(x), theirs(x), atol=2e-5, err_msg="eager %d" % step)
         np.testing.assert_allclose(call_ours(x), call_theirs(x), atol=2e-5,
                                    err_msg="graph %d" % step)
+
+
+@pytest.mark.parametrize("graph", [False, True])
+@pytest.mark.parametrize("mask", [np.ones((B, T + 1), bool), np.ones((B, 0), bool)],
+                         ids=["more_steps", "no_steps"])
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_mask_that_does_not_fit_the_inputs_is_an_error(rng, kind, mask, graph):
+    layer = getattr(tlk2, KINDS[kind][0])(H, **KINDS[kind][1])
+    x = tf.constant(rng.uniform(-1, 1, (B, T, I)).astype(np.float32))
+    call = tf.function(lambda x, m: layer(x, mask=m)) if graph else (
+        lambda x, m: layer(x, mask=m))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="mask must have the shape"):
+        call(x, tf.constant(mask))

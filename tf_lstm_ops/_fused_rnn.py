@@ -25,13 +25,19 @@ def warn_fallback(layer, reason, level=logging.WARNING):
                  "(the same results at its speed).", type(layer).__name__, layer.name, reason)
 
 
-def mask_lengths(mask):
-    """Per-example lengths of a [B, T] (or [B, T, 1]) mask, and whether it is right-padded (every
-    row True for its first `length` steps, False after them): a bool scalar tensor."""
+def mask_lengths(mask, batch, steps):
+    """Per-example lengths of a [B, T] (or [B, T, 1]) mask of inputs with `batch` examples of
+    `steps` steps, and whether it is right-padded (every row True for its first `length` steps, False after
+    them): a bool scalar tensor. A mask of another shape is an InvalidArgumentError (its lengths
+    would silently describe other steps)."""
     mask = tf.convert_to_tensor(mask)
     if mask.shape.rank == 3:
         mask = tf.squeeze(mask, -1)
-    mask = tf.cast(mask, tf.bool)
+    check = tf.debugging.assert_equal(
+        tf.shape(mask), tf.stack([batch, steps]),
+        message="mask must have the shape [batch_size, timesteps] of the inputs")
+    with tf.control_dependencies([check] if check is not None else []):
+        mask = tf.cast(mask, tf.bool)
     lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
     right_padded = tf.reduce_all(tf.equal(mask, tf.sequence_mask(lengths, tf.shape(mask)[1])))
     return lengths, right_padded
@@ -76,11 +82,12 @@ _NOT_RIGHT_PADDED = ("a mask that is not right-padded (left padding or masked st
                      "sequence: the kernel takes one length per example)")
 
 
-def by_mask(layer, mask, fused, keras_call, same_structure):
-    """fused(lengths) where the mask is right-padded, else keras_call(): eagerly by the mask's
-    value; in a graph by a conditional, the data deciding per batch, both branches made
-    same_structure(result) (a structure both can return)."""
-    lengths, right_padded = mask_lengths(mask)
+def by_mask(layer, inputs, mask, fused, keras_call, same_structure):
+    """fused(lengths) where the mask of `inputs` is right-padded, else keras_call(): eagerly by
+    the mask's value; in a graph by a conditional, the data deciding per batch, both branches
+    made same_structure(result) (a structure both can return)."""
+    shape = tf.shape(inputs)
+    lengths, right_padded = mask_lengths(mask, shape[0], shape[1])
     if tf.executing_eagerly():
         if bool(right_padded):
             return fused(lengths)

@@ -90,7 +90,7 @@ class _FusedCall:
             return list(result) if isinstance(result, (list, tuple)) else [result]
 
         result = by_mask(
-            self, mask, lambda lengths: self._fused_call(inputs, lengths, training, initial_state),
+            self, inputs, mask, lambda lengths: self._fused_call(inputs, lengths, training, initial_state),
             keras_call, as_list)
         result = as_list(result)
         return result if self.return_state else result[0]

@@ -57,10 +57,10 @@ def _as_input(inputs, layer):
     return x
 
 
-def _right_padded_lengths(mask, layer_name):
+def _right_padded_lengths(mask, batch, steps, layer_name):
     """Per-example lengths of a [B, T] mask, asserting that it is right-padded (for layers with no
     Keras implementation to fall back to)."""
-    lengths, right_padded = mask_lengths(mask)
+    lengths, right_padded = mask_lengths(mask, batch, steps)
     check = tf.debugging.Assert(
         right_padded,
         [

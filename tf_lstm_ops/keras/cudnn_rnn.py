@@ -272,7 +272,7 @@ class CudnnRNN(_Keras3Only, keras.layers.Layer):
             mask = tf.convert_to_tensor(mask)
             if self.time_major:
                 mask = tf.transpose(mask)
-            lengths = _right_padded_lengths(mask, type(self).__name__)
+            lengths = _right_padded_lengths(mask, batch, steps, type(self).__name__)
         else:
             lengths = tf.fill([batch], steps)
 

@@ -121,7 +121,7 @@ class _FusedRNNMixin(_Keras3Only):
             return last, outputs, list(states)
 
         return by_mask(
-            self, mask,
+            self, sequences, mask,
             lambda lengths: self._fused_inner_loop(sequences, initial_state, lengths, training),
             keras_loop, same_structure)
 
