@@ -561,6 +561,7 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims,
   Fill(d, sums, G + 3 * H, A(0));
   A* dw_h = dw + I * G;
   packing.Pack(d, H, w_h, 1, G, wt_packed);
+  if (whole) in_place_backward_runs.fetch_add(1, std::memory_order_relaxed);
 
   // Reverse sweep, one phase per step: each unit slice first completes its columns of
   // dh = dgates_{t+1}·Whᵀ (its rows of Wh), then the fused element-wise pass of its units,
@@ -717,13 +718,7 @@ bool LstmBackward(const CPUDevice& d, const LstmDims& dims, const LstmAttrs& att
                   const LstmActivations<const T*>& out_grads, const LstmInputGrads<T>& grads,
                   const ReusableGates<T>* reuse, void* scratch, size_t scratch_bytes) {
   Scratch carver(scratch, scratch_bytes);
-  const bool ran = BackwardWalk<T>(d, carver, dims, attrs, seq_len_max, in, act, out_grads,
-                                   grads, reuse);
-  if (ran && reuse != nullptr && std::is_same_v<T, AccFor<T>> && seq_len_max > 0 &&
-      dims.batch * dims.cell > 0) {
-    in_place_backward_runs.fetch_add(1, std::memory_order_relaxed);
-  }
-  return ran;
+  return BackwardWalk<T>(d, carver, dims, attrs, seq_len_max, in, act, out_grads, grads, reuse);
 }
 
 template <typename T>
