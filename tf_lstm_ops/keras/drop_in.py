@@ -69,6 +69,13 @@ def _activation_reason(arg, value, allowed):
         arg, shown, " or ".join(repr(a) for a in allowed))
 
 
+def _gate_activations_reason(cell):
+    """LSTM and GRU: the kernel computes tanh candidates and sigmoid gates only."""
+    return (_activation_reason("activation", cell.activation, ("tanh",))
+            or _activation_reason("recurrent_activation", cell.recurrent_activation,
+                                  ("sigmoid",)))
+
+
 class _FusedRNNMixin(_Keras3Only):
     """inner_loop for Keras' RNN subclasses: one CudnnRNNV3 op over the whole sequence, returning
     exactly what Keras' generic backend.rnn loop returns (its (last_output, outputs, states)), or
@@ -216,10 +223,7 @@ class LSTM(_FusedRNNMixin, keras.layers.LSTM):
         self.supports_jit = False  # the custom op has no XLA kernel
 
     def _static_fallback_reason(self):
-        return (super()._static_fallback_reason()
-                or _activation_reason("activation", self.cell.activation, ("tanh",))
-                or _activation_reason("recurrent_activation", self.cell.recurrent_activation,
-                                      ("sigmoid",)))
+        return super()._static_fallback_reason() or _gate_activations_reason(self.cell)
 
     def _params(self, dtype):
         cell = self.cell
@@ -304,10 +308,7 @@ class GRU(_FusedRNNMixin, keras.layers.GRU):
         if not self.cell.reset_after:
             return ("reset_after=False (the kernel is cuDNN's GRU, which resets after the "
                     "recurrent matmul)")
-        return (super()._static_fallback_reason()
-                or _activation_reason("activation", self.cell.activation, ("tanh",))
-                or _activation_reason("recurrent_activation", self.cell.recurrent_activation,
-                                      ("sigmoid",)))
+        return super()._static_fallback_reason() or _gate_activations_reason(self.cell)
 
     def _params(self, dtype):
         cell = self.cell
