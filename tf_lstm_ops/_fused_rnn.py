@@ -27,17 +27,19 @@ def warn_fallback(layer, reason, level=logging.WARNING):
 
 def mask_lengths(mask, batch, steps):
     """Per-example lengths of a [B, T] (or [B, T, 1]) mask of inputs with `batch` examples of
-    `steps` steps, and whether it is right-padded (every row True for its first `length` steps, False after
-    them): a bool scalar tensor. A mask of another shape is an InvalidArgumentError (its lengths
-    would silently describe other steps)."""
+    `steps` steps, and whether it is right-padded (every row True for its first `length` steps,
+    False after them): a bool scalar tensor. A mask of another shape is an InvalidArgumentError
+    (its lengths would silently describe other steps)."""
     mask = tf.convert_to_tensor(mask)
     if mask.shape.rank == 3:
         mask = tf.squeeze(mask, -1)
     check = tf.debugging.assert_equal(
         tf.shape(mask), tf.stack([batch, steps]),
         message="mask must have the shape [batch_size, timesteps] of the inputs")
+    # identity: tf.cast of a bool mask returns the mask itself, which would carry no dependency,
+    # and in a graph the ops reading it could then fail first with a less helpful message.
     with tf.control_dependencies([check] if check is not None else []):
-        mask = tf.cast(mask, tf.bool)
+        mask = tf.identity(tf.cast(mask, tf.bool))
     lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
     right_padded = tf.reduce_all(tf.equal(mask, tf.sequence_mask(lengths, tf.shape(mask)[1])))
     return lengths, right_padded
