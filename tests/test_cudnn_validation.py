@@ -502,3 +502,60 @@ def test_params_ops_valid_baselines():
                    dict(base, params=zeros([psize(LSTM_PROJ)]), num_params_weights=9,
                         num_params_biases=8, num_proj=2), mode)
         assert out.weights[-1].shape == (2, H_)
+
+
+# ---- KerasToCudnnParams / CudnnParamsToKeras (the Keras layers' weight conversions) ------------
+
+def keras_to_params(kernel, recurrent_kernel, bias):
+    from tf_lstm_ops._loader import library
+
+    return library.op("KerasToCudnnParams")(kernel=kernel, recurrent_kernel=recurrent_kernel,
+                                           bias=bias, rnn_mode="lstm")
+
+
+def params_to_keras(params, **attrs):
+    from tf_lstm_ops._loader import library
+
+    return library.op("CudnnParamsToKeras")(params=params, rnn_mode="lstm", **attrs)
+
+
+BAD_KERAS_WEIGHTS = [  # LSTM, I = 3, H = 2: kernel [3, 8], recurrent_kernel [2, 8], bias [8]
+    ("kernel", (3, 8, 1), (2, 8), (8,)),
+    ("recurrent_kernel", (3, 8), (2,), (8,)),
+    ("recurrent_kernel", (3, 8), (2, 7), (8,)),
+    ("kernel", (3, 6), (2, 8), (8,)),
+    ("bias", (3, 8), (2, 8), (2, 2, 8)),
+    ("bias", (3, 8), (2, 8), ()),
+    ("bias", (3, 8), (2, 8), (6,)),
+    ("bias", (3, 8), (2, 8), (3, 8)),
+]
+
+
+@pytest.mark.parametrize("mode", MODE)
+@pytest.mark.parametrize("bad,kernel,recurrent_kernel,bias", BAD_KERAS_WEIGHTS)
+def test_keras_to_params_names_the_bad_weight(mode, bad, kernel, recurrent_kernel, bias):
+    expect_invalid(keras_to_params, dict(kernel=tf.zeros(kernel),
+                                         recurrent_kernel=tf.zeros(recurrent_kernel),
+                                         bias=tf.zeros(bias)), mode, [bad])
+
+
+@pytest.mark.parametrize("mode", MODE)
+@pytest.mark.parametrize("shape", [(55,), (57,), (0,), (2, 28)])
+def test_params_to_keras_needs_the_exact_params_size(mode, shape):
+    # LSTM, I = 3, H = 2: 8 * (3 + 2) + 2 * 8 = 56 elements
+    expect_invalid(params_to_keras, dict(params=tf.zeros(shape), input_size=3, num_units=2),
+                   mode, ["params"])
+
+
+@pytest.mark.parametrize("attrs,message", [
+    (dict(input_size=3, num_units=2, bias_rows=3), "bias_rows must be 1 or 2"),
+    (dict(input_size=3, num_units=2, bias_rows=0), "bias_rows must be 1 or 2"),
+    (dict(input_size=2 ** 62, num_units=2 ** 40), "overflows int64"),
+    (dict(input_size=-1, num_units=2), "input_size"),
+])
+def test_params_to_keras_rejects_bad_attrs(attrs, message):
+    # eagerly the kernel's constructor, in a graph the shape function: either names the attr
+    with pytest.raises((tf.errors.InvalidArgumentError, ValueError), match=message):
+        params_to_keras(tf.zeros([56]), **attrs)
+    with pytest.raises((tf.errors.InvalidArgumentError, ValueError), match=message):
+        tf.function(lambda: params_to_keras(tf.zeros([56]), **attrs))()

@@ -300,3 +300,11 @@ def test_persistent_batch_threshold_and_switch(mod, monkeypatch):
     for k, case in enumerate(CASES):  # the grid above takes the persistent path unless projected
         want = "per_step" if case.num_proj else "persistent"
         assert _path(mod, case, C.DTYPES[k % len(C.DTYPES)])["path"] == want, case.name
+
+
+@pytest.mark.parametrize("dtype", C.DTYPES)
+@pytest.mark.parametrize("mode,bias_rows", [("lstm", 1), ("gru", 2), ("gru", 1), ("rnn_relu", 1),
+                                            ("rnn_tanh", 2)])
+@pytest.mark.parametrize("I,H", [(3, 2), (0, 4), (37, 33)])
+def test_keras_params_conversions(mod, alloc, rng, mode, bias_rows, I, H, dtype):
+    C.check_keras_params(mod, alloc, mode, I, H, bias_rows, dtype, rng)

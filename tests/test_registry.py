@@ -43,6 +43,8 @@ GPU_HOST_MEMORY = {
     "CudnnRNNParamsToCanonicalV2": PARAMS_SCALARS,
     "CudnnRNNCanonicalToParams": PARAMS_SCALARS,
     "CudnnRNNCanonicalToParamsV2": PARAMS_SCALARS,
+    "KerasToCudnnParams": (),
+    "CudnnParamsToKeras": (),
 }
 
 

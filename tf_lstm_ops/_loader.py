@@ -32,7 +32,11 @@ CUDNN_OP_NAMES = (
     "CudnnRNNCanonicalToParamsV2",
 )
 # Ours alone, with no tf.raw_ops namesake, so tf_lstm_ops.raw leaves them out.
-PRIVATE_OP_NAMES = ("BlockLSTMFullGrad",)  # the gradient w.r.t. all seven outputs
+PRIVATE_OP_NAMES = (
+    "BlockLSTMFullGrad",  # the gradient w.r.t. all seven outputs
+    "KerasToCudnnParams",  # the Keras layers' weights as CudnnRNN params, and back
+    "CudnnParamsToKeras",
+)
 OP_NAMES = (
     "LSTMBlockCell",
     "LSTMBlockCellGrad",

@@ -10,10 +10,19 @@
 #define TF_LSTM_OPS_CC_CORE_CUDNN_RNN_LAYOUT_H_
 
 #include <cstdint>
+#include <string_view>
 
 namespace tf_lstm_ops {
 
 enum class RnnMode { kRnnRelu, kRnnTanh, kLstm, kGru };
+
+// The op attribute rnn_mode's value (the op defs allow only these four names).
+inline RnnMode RnnModeNamed(std::string_view name) {
+  return name == "lstm" ? RnnMode::kLstm
+         : name == "gru" ? RnnMode::kGru
+         : name == "rnn_relu" ? RnnMode::kRnnRelu
+                              : RnnMode::kRnnTanh;
+}
 
 // Gates per cell; LSTM gates are i, f, c, o and GRU gates r, u, h (cuDNN order).
 inline constexpr int GatesOf(RnnMode mode) {
@@ -105,6 +114,49 @@ inline int64_t CheckedParamsSize(const RnnModel& m) {
     return -1;
   }
   return total;
+}
+
+// Keras' weights (kernel [I, G*H], recurrent_kernel [H, G*H], bias [G*H] or [2, G*H]) in the
+// params buffer of the one-layer, one-direction model without projection they describe
+// (docs/cudnn_rnn.md §6.5): a list of blocks, each `rows` x `cols` elements, row-major and
+// contiguous in params, strided in the Keras tensor (element (r, c) at keras_offset +
+// r * keras_row_stride + c * keras_col_stride). Every params element is in exactly one block,
+// except b_W when the bias has one row (then b_W = 0 and no Keras element maps to it).
+enum class KerasOperand { kKernel, kRecurrentKernel, kBias };
+
+struct KerasBlock {
+  KerasOperand operand;
+  int64_t rows, cols;
+  int64_t keras_offset, keras_row_stride, keras_col_stride;
+  int64_t params_offset;
+};
+
+inline constexpr int kMaxKerasBlocks = 16;  // 4 gates x (W, R, b_W, b_R)
+
+// Keras orders the GRU gates z, r, h; cuDNN r, u(=z), h. Every other mode agrees.
+inline constexpr int CudnnGateOfKeras(RnnMode mode, int keras_gate) {
+  return mode == RnnMode::kGru && keras_gate < 2 ? 1 - keras_gate : keras_gate;
+}
+
+// The blocks of one conversion; returns their number. bias_rows is 1 (b_R only) or 2 (b_W, b_R).
+inline int KerasBlocks(RnnMode mode, int64_t input_size, int64_t num_units, int bias_rows,
+                       KerasBlock blocks[kMaxKerasBlocks]) {
+  const RnnModel m{mode, 1, num_units, input_size, 0, 1, false};
+  const PseudoLayerRegions reg = RegionsOf(m, 0);
+  const int64_t H = num_units, G = m.gate_width();
+  int n = 0;
+  for (int g = 0; g < m.gates(); ++g) {
+    const int64_t at = CudnnGateOfKeras(mode, g) * H;  // this gate's rows in params
+    // W_g = kernel[:, gH:(g+1)H]^T and R_g = recurrent_kernel[:, gH:(g+1)H]^T: [H, cols].
+    blocks[n++] = {KerasOperand::kKernel, H, input_size, g * H, 1, G, reg.w + at * input_size};
+    blocks[n++] = {KerasOperand::kRecurrentKernel, H, H, g * H, 1, G, reg.r + at * H};
+    // Bias rows: the last is b_R, a first of two is b_W; each gate's H entries as one row.
+    for (int row = 0; row < bias_rows; ++row) {
+      const int64_t params_row = row == bias_rows - 1 ? reg.bias_r : reg.bias_w;
+      blocks[n++] = {KerasOperand::kBias, 1, H, row * G + g * H, 0, 1, params_row + at};
+    }
+  }
+  return n;
 }
 
 }  // namespace tf_lstm_ops

@@ -12,7 +12,9 @@
 // or of the outputs, so a step needs no fork/join through the pool (see TeamPlan).
 #include "cc/cudnn_rnn/cpu_engine.h"
 
+#include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "cc/core/cudnn_rnn_cells.h"
@@ -670,6 +672,84 @@ bool RnnBackward(const CPUDevice& device, const RnnModel& m, const RnnRun& run,
                                     input_h_backprop, input_c_backprop, params_backprop);
 }
 
+namespace {
+
+// Copies every block between the Keras tensors and params (to params, or back when kToParams is
+// false); the row tiles of all blocks are one parallel loop. A tile goes through a local
+// kTile x kTile buffer: read along the source's contiguous axis, written along the
+// destination's, so every cache line is touched in one run. (Strided element copies instead
+// collide in the cache when the Keras row is a multiple of 4 KiB: an LSTM with H = 256.)
+template <bool kToParams, typename T>
+void CopyKerasBlocks(const CPUDevice& d, RnnMode mode, int64_t input_size, int64_t num_units,
+                     int bias_rows, std::conditional_t<kToParams, const T*, T*> const keras[3],
+                     std::conditional_t<kToParams, T*, const T*> params) {
+  constexpr int64_t kTile = 32;
+  KerasBlock blocks[kMaxKerasBlocks];
+  const int n = KerasBlocks(mode, input_size, num_units, bias_rows, blocks);
+  int64_t first_tile[kMaxKerasBlocks + 1] = {0};
+  for (int b = 0; b < n; ++b) {
+    first_tile[b + 1] = first_tile[b] + (blocks[b].rows + kTile - 1) / kTile;
+  }
+  const double tile_bytes = 2.0 * sizeof(T) * kTile * std::max(input_size, num_units);
+  ParallelFor(d, first_tile[n], tile_bytes, tile_bytes / 4, [&](int64_t begin, int64_t end) {
+    T tile_buf[kTile][kTile];  // [column][row] of the tile
+    int b = 0;
+    for (int64_t tile = begin; tile < end; ++tile) {
+      while (tile >= first_tile[b + 1]) ++b;
+      const KerasBlock& k = blocks[b];
+      const auto keras_base = keras[static_cast<int>(k.operand)] + k.keras_offset;
+      const auto params_base = params + k.params_offset;
+      const int64_t r0 = (tile - first_tile[b]) * kTile, rn = std::min(k.rows - r0, kTile);
+      for (int64_t c0 = 0; c0 < k.cols; c0 += kTile) {
+        const int64_t cn = std::min(k.cols - c0, kTile);
+        const auto keras_tile = keras_base + r0 * k.keras_row_stride + c0 * k.keras_col_stride;
+        const auto params_tile = params_base + r0 * k.cols + c0;
+        if constexpr (kToParams) {
+          for (int64_t c = 0; c < cn; ++c) {
+            for (int64_t r = 0; r < rn; ++r) {
+              tile_buf[c][r] = keras_tile[r * k.keras_row_stride + c * k.keras_col_stride];
+            }
+          }
+          for (int64_t r = 0; r < rn; ++r) {
+            for (int64_t c = 0; c < cn; ++c) params_tile[r * k.cols + c] = tile_buf[c][r];
+          }
+        } else {
+          for (int64_t r = 0; r < rn; ++r) {
+            for (int64_t c = 0; c < cn; ++c) tile_buf[c][r] = params_tile[r * k.cols + c];
+          }
+          for (int64_t c = 0; c < cn; ++c) {
+            for (int64_t r = 0; r < rn; ++r) {
+              keras_tile[r * k.keras_row_stride + c * k.keras_col_stride] = tile_buf[c][r];
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+template <typename T>
+void KerasToParams(const CPUDevice& device, RnnMode mode, int64_t input_size, int64_t num_units,
+                   int bias_rows, const T* kernel, const T* recurrent_kernel, const T* bias,
+                   T* params) {
+  const T* const keras[3] = {kernel, recurrent_kernel, bias};
+  CopyKerasBlocks<true, T>(device, mode, input_size, num_units, bias_rows, keras, params);
+  if (bias_rows == 1) {
+    const RnnModel m{mode, 1, num_units, input_size, 0, 1, false};
+    T* bias_w = params + RegionsOf(m, 0).bias_w;
+    std::fill(bias_w, bias_w + m.gate_width(), T(0));
+  }
+}
+
+template <typename T>
+void ParamsToKeras(const CPUDevice& device, RnnMode mode, int64_t input_size, int64_t num_units,
+                   int bias_rows, const T* params, T* kernel, T* recurrent_kernel, T* bias) {
+  T* const keras[3] = {kernel, recurrent_kernel, bias};
+  CopyKerasBlocks<false, T>(device, mode, input_size, num_units, bias_rows, keras, params);
+}
+
 #define TF_LSTM_OPS_INSTANTIATE(T)                                                              \
   template size_t RnnForwardScratchBytes<T>(const CPUDevice&, const RnnModel&, const RnnRun&,   \
                                             const RnnDropout&);                                 \
@@ -679,7 +759,11 @@ bool RnnBackward(const CPUDevice& device, const RnnModel& m, const RnnRun& run,
   template size_t RnnBackwardScratchBytes<T>(const CPUDevice&, const RnnModel&, const RnnRun&); \
   template bool RnnBackward<T>(const CPUDevice&, const RnnModel&, const RnnRun&, const T*,      \
                                const T*, const T*, const T*, const T*, const T*, const T*,      \
-                               const uint8_t*, T*, T*, T*, T*, void*, size_t);
+                               const uint8_t*, T*, T*, T*, T*, void*, size_t);     \
+  template void KerasToParams<T>(const CPUDevice&, RnnMode, int64_t, int64_t, int, const T*,    \
+                                 const T*, const T*, T*);                                       \
+  template void ParamsToKeras<T>(const CPUDevice&, RnnMode, int64_t, int64_t, int, const T*, T*, \
+                                 T*, T*);
 TF_LSTM_OPS_INSTANTIATE(Eigen::half)
 TF_LSTM_OPS_INSTANTIATE(Eigen::bfloat16)
 TF_LSTM_OPS_INSTANTIATE(float)

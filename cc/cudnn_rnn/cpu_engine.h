@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cc/core/cudnn_rnn_layout.h"
 #include "cc/core/cudnn_rnn_types.h"
 #include "cc/cpu/device.h"
 
@@ -39,6 +40,19 @@ bool RnnBackward(const CPUDevice& device, const RnnModel& m, const RnnRun& run, 
                  const T* output_h_backprop, const T* output_c_backprop, const uint8_t* reserve,
                  T* input_backprop, T* input_h_backprop, T* input_c_backprop,
                  T* params_backprop, void* scratch, size_t scratch_bytes);
+
+// Keras' weights <-> the params buffer of the one-layer, one-direction model they describe
+// (KerasBlocks in cc/core/cudnn_rnn_layout.h; docs/cudnn_rnn.md §6.5): what tf_lstm_ops.keras
+// runs on every call, so one pass of cache-sized tiles instead of a graph of transposes. With
+// bias_rows == 1, KerasToParams writes b_W = 0 and ParamsToKeras ignores params' b_W (each is
+// the other's adjoint). Sizes: validated by the caller.
+template <typename T>
+void KerasToParams(const CPUDevice& device, RnnMode mode, int64_t input_size, int64_t num_units,
+                   int bias_rows, const T* kernel, const T* recurrent_kernel, const T* bias,
+                   T* params);
+template <typename T>
+void ParamsToKeras(const CPUDevice& device, RnnMode mode, int64_t input_size, int64_t num_units,
+                   int bias_rows, const T* params, T* kernel, T* recurrent_kernel, T* bias);
 
 }  // namespace cpu
 }  // namespace tf_lstm_ops

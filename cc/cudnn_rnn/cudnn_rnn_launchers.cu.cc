@@ -48,6 +48,24 @@ cudaError_t RnnBackward(cudaStream_t stream, const RnnModel& m, const RnnRun& ru
       params_backprop, scratch);
 }
 
+template <typename T>
+cudaError_t KerasToParams(cudaStream_t stream, RnnMode mode, int64_t input_size,
+                          int64_t num_units, int bias_rows, const T* kernel,
+                          const T* recurrent_kernel, const T* bias, T* params) {
+  const T* const keras[3] = {kernel, recurrent_kernel, bias};
+  return CopyKerasBlocks<true, CudaBackend, T>(CudaBackend(stream), mode, input_size, num_units, bias_rows,
+                               keras, params);
+}
+
+template <typename T>
+cudaError_t ParamsToKeras(cudaStream_t stream, RnnMode mode, int64_t input_size,
+                          int64_t num_units, int bias_rows, const T* params, T* kernel,
+                          T* recurrent_kernel, T* bias) {
+  T* const keras[3] = {kernel, recurrent_kernel, bias};
+  return CopyKerasBlocks<false, CudaBackend, T>(CudaBackend(stream), mode, input_size, num_units, bias_rows,
+                                keras, params);
+}
+
 #define TF_LSTM_INSTANTIATE_RNN_GPU(T)                                                          \
   template size_t RnnForwardScratchBytes<T>(const RnnModel&, const RnnRun&, const RnnDropout&); \
   template cudaError_t RnnForward<T>(cudaStream_t, const RnnModel&, const RnnRun&,              \
@@ -58,7 +76,11 @@ cudaError_t RnnBackward(cudaStream_t stream, const RnnModel& m, const RnnRun& ru
   template cudaError_t RnnBackward<T>(cudaStream_t, const RnnModel&, const RnnRun&,             \
                                       const RnnReserveHeader&, const T*, const T*, const T*,    \
                                       const T*, const T*, const T*, const T*, const uint8_t*,   \
-                                      T*, T*, T*, T*, void*);
+                                      T*, T*, T*, T*, void*);             \
+  template cudaError_t KerasToParams<T>(cudaStream_t, RnnMode, int64_t, int64_t, int, const T*, \
+                                        const T*, const T*, T*);                                \
+  template cudaError_t ParamsToKeras<T>(cudaStream_t, RnnMode, int64_t, int64_t, int, const T*, \
+                                        T*, T*, T*);
 TF_LSTM_INSTANTIATE_RNN_GPU(__half)
 TF_LSTM_INSTANTIATE_RNN_GPU(__nv_bfloat16)
 TF_LSTM_INSTANTIATE_RNN_GPU(float)

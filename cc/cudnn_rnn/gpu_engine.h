@@ -34,6 +34,7 @@
 
 #include "cc/gpu/common.h"
 #include "cc/cudnn_rnn/gpu_launchers.h"
+#include "cc/core/cudnn_rnn_layout.h"
 #include "cc/core/cudnn_rnn_types.h"
 #include "cc/core/cudnn_rnn_cells.h"
 
@@ -64,6 +65,22 @@ struct TimeToBatchMajorFn {
   TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
     const int64_t k = i % n, tb = i / n, t = tb / batch, b = tb % batch;
     dst[(b * time + t) * n + k] = Cast<To>(src[i]);
+  }
+};
+
+// One KerasBlock's elements, to params or back (kToParams false); i indexes the block row-major.
+template <typename T, bool kToParams>
+struct KerasBlockFn {
+  std::conditional_t<kToParams, const T*, T*> keras;    // the operand at the block's offset
+  std::conditional_t<kToParams, T*, const T*> params;   // params at the block's offset
+  int64_t cols, keras_row_stride, keras_col_stride;
+  TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
+    const int64_t r = i / cols, c = i % cols;
+    if constexpr (kToParams) {
+      params[i] = keras[r * keras_row_stride + c * keras_col_stride];
+    } else {
+      keras[r * keras_row_stride + c * keras_col_stride] = params[i];
+    }
   }
 };
 
@@ -1159,6 +1176,32 @@ struct RnnEngine {
     return be.ForEach(n_params, NanIfFlagFn<T>{s.flag, params_backprop, nan});
   }
 };
+
+// Keras' weights <-> the params buffer (KerasBlocks, cc/core/cudnn_rnn_layout.h): one ForEach per
+// block; with bias_rows == 1, KerasToParams zeroes b_W and ParamsToKeras ignores it.
+template <bool kToParams, typename Backend, typename T>
+cudaError_t CopyKerasBlocks(const Backend& be, RnnMode mode, int64_t input_size,
+                            int64_t num_units, int bias_rows,
+                            std::conditional_t<kToParams, const T*, T*> const keras[3],
+                            std::conditional_t<kToParams, T*, const T*> params) {
+  KerasBlock blocks[kMaxKerasBlocks];
+  const int n = KerasBlocks(mode, input_size, num_units, bias_rows, blocks);
+  for (int b = 0; b < n; ++b) {
+    const KerasBlock& k = blocks[b];
+    TF_LSTM_GPU_RETURN_IF_ERROR(be.ForEach(
+        k.rows * k.cols,
+        rnn_detail::KerasBlockFn<T, kToParams>{
+            keras[static_cast<int>(k.operand)] + k.keras_offset, params + k.params_offset, k.cols,
+            k.keras_row_stride, k.keras_col_stride}));
+  }
+  if constexpr (kToParams) {
+    if (bias_rows == 1) {
+      const RnnModel m{mode, 1, num_units, input_size, 0, 1, false};
+      return Fill(be, params + RegionsOf(m, 0).bias_w, m.gate_width(), Cast<T>(0.0f));
+    }
+  }
+  return cudaSuccess;
+}
 
 }  // namespace gpu
 }  // namespace tf_lstm_ops

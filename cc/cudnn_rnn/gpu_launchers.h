@@ -55,6 +55,17 @@ cudaError_t RnnBackward(cudaStream_t stream, const RnnModel& m, const RnnRun& ru
                         const uint8_t* reserve, T* input_backprop, T* input_h_backprop,
                         T* input_c_backprop, T* params_backprop, void* scratch);
 
+// Keras' weights <-> the params buffer of the one-layer, one-direction model they describe (the
+// CPU engine's KerasToParams / ParamsToKeras, on the device).
+template <typename T>
+cudaError_t KerasToParams(cudaStream_t stream, RnnMode mode, int64_t input_size,
+                          int64_t num_units, int bias_rows, const T* kernel,
+                          const T* recurrent_kernel, const T* bias, T* params);
+template <typename T>
+cudaError_t ParamsToKeras(cudaStream_t stream, RnnMode mode, int64_t input_size,
+                          int64_t num_units, int bias_rows, const T* params, T* kernel,
+                          T* recurrent_kernel, T* bias);
+
 }  // namespace gpu
 }  // namespace tf_lstm_ops
 

@@ -56,3 +56,28 @@ def _cudnn_rnn_v2_grad(op, *grads):
 @tf.RegisterGradient(OP_NAMESPACE + "CudnnRNNV3")
 def _cudnn_rnn_v3_grad(op, *grads):
     return _cudnn_rnn_grad(op, grads, "CudnnRNNBackpropV3", 3)
+
+
+# The Keras weight conversions (docs/cudnn_rnn.md §6.5) are linear, and each is the other's
+# adjoint, so each one's gradient is the other (to every order).
+@tf.RegisterGradient(OP_NAMESPACE + "KerasToCudnnParams")
+def _keras_to_cudnn_params_grad(op, params_grad):
+    kernel, recurrent_kernel, bias = op.inputs
+    input_size, num_units = kernel.shape[0], recurrent_kernel.shape[0]
+    if input_size is None or num_units is None or bias.shape.rank is None:
+        raise ValueError(
+            "KerasToCudnnParams is differentiated only with static kernel and recurrent_kernel "
+            "sizes and bias rank; got kernel %s, recurrent_kernel %s, bias %s"
+            % (kernel.shape, recurrent_kernel.shape, bias.shape))
+    return library.op("CudnnParamsToKeras")(
+        params=params_grad, rnn_mode=op.get_attr("rnn_mode"), input_size=input_size,
+        num_units=num_units, bias_rows=bias.shape.rank)
+
+
+@tf.RegisterGradient(OP_NAMESPACE + "CudnnParamsToKeras")
+def _cudnn_params_to_keras_grad(op, *grads):
+    grads = [tf.zeros_like(out) if grad is None else grad for grad, out in zip(grads, op.outputs)]
+    kernel_grad, recurrent_kernel_grad, bias_grad = grads
+    return library.op("KerasToCudnnParams")(
+        kernel=kernel_grad, recurrent_kernel=recurrent_kernel_grad, bias=bias_grad,
+        rnn_mode=op.get_attr("rnn_mode"))

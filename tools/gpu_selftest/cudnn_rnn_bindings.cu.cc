@@ -295,6 +295,51 @@ void RegisterRnn(py::module_& mod) {
       "Backprop. The expected reserve header is built from the arguments (dropout: the rate the "
       "forward used; its seed and call do not enter the header); on a mismatch every output is "
       "NaN. input_c, output_c_backprop, input_c_backprop: 0 for non-LSTM modes.");
+
+  mod.def(
+      "keras_params",
+      [](const std::string& backend, const std::string& dtype, uintptr_t stream,
+         const std::string& mode, int64_t input_size, int64_t num_units, int bias_rows,
+         bool to_params, uintptr_t kernel, uintptr_t recurrent_kernel, uintptr_t bias,
+         uintptr_t params) {
+        if (mode != "lstm" && mode != "gru" && mode != "rnn_relu" && mode != "rnn_tanh") {
+          throw py::value_error("mode must be lstm, gru, rnn_relu or rnn_tanh, not " + mode);
+        }
+        const RnnModel m{RnnModeNamed(mode), 1, num_units, input_size, 0, 1, false};
+        if (input_size < 0 || num_units < 0 || (bias_rows != 1 && bias_rows != 2) ||
+            CheckedParamsSize(m) < 0) {
+          throw py::value_error("invalid Keras weight sizes");
+        }
+        const bool cuda = IsCuda(backend);
+        WithDtype(dtype, [&](auto tag) {
+          using T = decltype(tag);
+          cudaError_t status;
+          if (to_params) {
+            const T* const keras[3] = {Ptr<const T>(kernel), Ptr<const T>(recurrent_kernel),
+                                       Ptr<const T>(bias)};
+            status = cuda ? KerasToParams<T>(Stream(stream), m.mode, input_size, num_units,
+                                             bias_rows, keras[0], keras[1], keras[2],
+                                             Ptr<T>(params))
+                          : CopyKerasBlocks<true, HostBackend, T>(
+                                HostBackend(), m.mode, input_size, num_units, bias_rows, keras,
+                                Ptr<T>(params));
+          } else {
+            T* const keras[3] = {Ptr<T>(kernel), Ptr<T>(recurrent_kernel), Ptr<T>(bias)};
+            status = cuda ? ParamsToKeras<T>(Stream(stream), m.mode, input_size, num_units,
+                                             bias_rows, Ptr<const T>(params), keras[0],
+                                             keras[1], keras[2])
+                          : CopyKerasBlocks<false, HostBackend, T>(
+                                HostBackend(), m.mode, input_size, num_units, bias_rows, keras,
+                                Ptr<const T>(params));
+          }
+          Check(status, to_params ? "KerasToParams" : "ParamsToKeras");
+        });
+      },
+      py::arg("backend"), py::arg("dtype"), py::arg("stream"), py::arg("mode"),
+      py::arg("input_size"), py::arg("num_units"), py::arg("bias_rows"), py::arg("to_params"),
+      py::arg("kernel"), py::arg("recurrent_kernel"), py::arg("bias"), py::arg("params"),
+      "Keras' weights (kernel [I, G*H], recurrent_kernel [H, G*H], bias [G*H] or [2, G*H]) to "
+      "the one-layer params buffer (to_params) or back (docs/cudnn_rnn.md section 6.5).");
 }
 
 #undef TF_LSTM_RNN_MODEL_ARGS

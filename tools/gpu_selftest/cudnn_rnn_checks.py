@@ -394,3 +394,27 @@ def check_deterministic(module, alloc, case, dtype, rng):
     for k in b1:
         if b1[k] is not None:
             assert np.array_equal(b1[k], b2[k], equal_nan=True), k
+
+
+def check_keras_params(module, alloc, mode, input_size, num_units, bias_rows, dtype, rng):
+    """Keras' weights to params and back on the engine's backend: an exact copy, in the layout
+    of the reference (docs/cudnn_rnn.md §6.5); with one bias row, b_W is written as zero."""
+    G = R.GATES[mode]
+    I, H = input_size, num_units
+    keras = [R.round_to(rng.standard_normal(shape), dtype) for shape in
+             ((I, G * H), (H, G * H), (G * H,) if bias_rows == 1 else (2, G * H))]
+    cfg = R.Cfg(mode, 1, H, I)
+    expected = R.canonical_to_params(cfg, *R.keras_canonical(mode, *keras))
+    ptr = alloc.ptr
+    sources = [alloc.upload(w, dtype) for w in keras]
+    params = alloc.empty((expected.size,), dtype)
+    module.keras_params(alloc.backend, dtype, alloc.stream, mode, I, H, bias_rows, True,
+                        *(ptr(b) for b in sources), ptr(params))
+    alloc.synchronize()
+    np.testing.assert_array_equal(alloc.download(params, dtype), expected)
+    back = [alloc.empty(np.shape(w), dtype) for w in keras]
+    module.keras_params(alloc.backend, dtype, alloc.stream, mode, I, H, bias_rows, False,
+                        *(ptr(b) for b in back), ptr(params))
+    alloc.synchronize()
+    for got, want in zip(back, keras):
+        np.testing.assert_array_equal(alloc.download(got, dtype), want)

@@ -403,6 +403,11 @@ def _rnn_try(what, fn, failures):
         return None
 
 
+# The Keras layers' weight conversions (mode, bias rows, I, H): H = 256 makes an LSTM's Keras row
+# 4 KiB.
+KERAS_PARAMS_CASES = (("lstm", 1, 256, 256), ("gru", 2, 37, 33), ("rnn_tanh", 1, 0, 4))
+
+
 def group_rnn_reference(ctx):
     cases = cudnn_rnn_checks.engine_cases()
     if ctx.quick:
@@ -436,11 +441,18 @@ def group_rnn_reference(ctx):
                                                                     dtype,
                                                               rng), failures)
             n += 1
+        for mode, bias_rows, I, H in KERAS_PARAMS_CASES:
+            _rnn_try("%s Keras weights %s I=%d H=%d, %d bias row(s)" % (dtype, mode, I, H,
+                                                                       bias_rows),
+                     lambda: cudnn_rnn_checks.check_keras_params(ctx.module, ctx.alloc, mode, I,
+                                                                 H, bias_rows, dtype, rng),
+                     failures)
+            n += 1
         if worst:
             k = max(worst, key=worst.get)
             indent("%s: %d cases, worst error %.3g (%s)" % (dtype, len(cases), worst[k], k))
-    return not failures, "%d checks (%d cases + empty + header mismatch, x %d dtypes), %d " \
-        "failed" % (n, len(cases), len(ctx.dtypes), len(failures))
+    return not failures, "%d checks (%d cases + empty + header mismatch + Keras weights, x %d " \
+        "dtypes), %d failed" % (n, len(cases), len(ctx.dtypes), len(failures))
 
 
 def group_rnn_determinism(ctx):

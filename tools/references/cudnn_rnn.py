@@ -177,25 +177,31 @@ def pack(cfg, layers):
 # Keras 3 weight mappings (docs/cudnn_rnn.md §6.5)
 # ----------------------------------------------------------------------------------------------
 
+def keras_canonical(rnn_mode, kernel, recurrent_kernel, bias):
+    """A Keras RNN layer's kernel [I, G*H], recurrent_kernel [H, G*H] and bias ([G*H]: b_R with
+    b_W = 0, as Keras' LSTM and SimpleRNN; [2, G*H]: b_W, b_R, as GRU(reset_after=True)) ->
+    one pseudo-layer's canonical (weights, biases). Keras' GRU gates z, r, h are cuDNN's u, r, h:
+    the first two swap; every other mode keeps its order (LSTM i, f, c, o)."""
+    H = recurrent_kernel.shape[0]
+    order = (1, 0, 2) if rnn_mode == "gru" else tuple(range(GATES[rnn_mode]))  # cuDNN g: Keras' order[g]
+    bias_w, bias_r = (np.zeros_like(bias), bias) if bias.ndim == 1 else (bias[0], bias[1])
+    W = [kernel[:, k * H:(k + 1) * H].T for k in order]
+    R = [recurrent_kernel[:, k * H:(k + 1) * H].T for k in order]
+    bW = [bias_w[k * H:(k + 1) * H] for k in order]
+    bR = [bias_r[k * H:(k + 1) * H] for k in order]
+    return W + R, bW + bR
+
+
 def keras_lstm_canonical(kernel, recurrent_kernel, bias):
     """Keras LSTM kernel [I, 4H], recurrent_kernel [H, 4H], bias [4H] (gates i, f, c, o) ->
     one pseudo-layer's canonical (weights, biases); b_W = 0, b_R = Keras bias."""
-    H = recurrent_kernel.shape[0]
-    W = [kernel[:, g * H:(g + 1) * H].T for g in range(4)]
-    R = [recurrent_kernel[:, g * H:(g + 1) * H].T for g in range(4)]
-    return W + R, [np.zeros(H)] * 4 + [bias[g * H:(g + 1) * H] for g in range(4)]
+    return keras_canonical("lstm", kernel, recurrent_kernel, bias)
 
 
 def keras_gru_canonical(kernel, recurrent_kernel, bias):
     """Keras GRU(reset_after=True): kernel [I, 3H], recurrent_kernel [H, 3H], bias [2, 3H] in
     gate order z, r, h -> cuDNN order r, u(=z), h; b_W = bias[0], b_R = bias[1]."""
-    H = recurrent_kernel.shape[0]
-    order = (1, 0, 2)  # cuDNN gate g is Keras gate order[g]
-    W = [kernel[:, k * H:(k + 1) * H].T for k in order]
-    R = [recurrent_kernel[:, k * H:(k + 1) * H].T for k in order]
-    bW = [bias[0, k * H:(k + 1) * H] for k in order]
-    bR = [bias[1, k * H:(k + 1) * H] for k in order]
-    return W + R, bW + bR
+    return keras_canonical("gru", kernel, recurrent_kernel, bias)
 
 
 def keras_lstm_to_params(kernel, recurrent_kernel, bias):

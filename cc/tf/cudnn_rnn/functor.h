@@ -16,6 +16,8 @@ template <typename Device, typename T>
 struct CudnnRnnForward;
 template <typename Device, typename T>
 struct CudnnRnnBackward;
+template <typename Device, typename T>
+struct KerasParams;
 
 // Contracts:
 //  - CudnnRnnForward: workspace is RnnWorkspaceBytes bytes (the reserve space when training;
@@ -26,6 +28,8 @@ struct CudnnRnnBackward;
 //    the host cannot read without a synchronisation, so it is compared on the device (every
 //    output NaN on a mismatch) after the kernel checked the reserve space's size. Writes the
 //    gradients of <dy, output> + <dh, output_h> + <dc, output_c> w.r.t. every input.
+//  - KerasParams: ToParams and ToKeras convert between Keras' weights and params (the engines'
+//    KerasToParams / ParamsToKeras) for sizes the kernel has validated.
 #define TF_LSTM_OPS_DECLARE_CUDNN_RNN_FUNCTORS(Device)                                          \
   template <typename T>                                                                        \
   struct CudnnRnnForward<Device, T> {                                                          \
@@ -43,6 +47,15 @@ struct CudnnRnnBackward;
                             const T* output_h_backprop, const T* output_c_backprop,            \
                             const uint8_t* reserve, T* input_backprop, T* input_h_backprop,    \
                             T* input_c_backprop, T* params_backprop);                          \
+  };                                                                                           \
+  template <typename T>                                                                        \
+  struct KerasParams<Device, T> {                                                              \
+    absl::Status ToParams(tensorflow::OpKernelContext* ctx, RnnMode mode, int64_t input_size,  \
+                          int64_t num_units, int bias_rows, const T* kernel,                   \
+                          const T* recurrent_kernel, const T* bias, T* params);                \
+    absl::Status ToKeras(tensorflow::OpKernelContext* ctx, RnnMode mode, int64_t input_size,   \
+                         int64_t num_units, int bias_rows, const T* params, T* kernel,         \
+                         T* recurrent_kernel, T* bias);                                        \
   };
 
 TF_LSTM_OPS_DECLARE_CUDNN_RNN_FUNCTORS(CPUDevice)

@@ -42,9 +42,31 @@ absl::Status CudnnRnnBackward<CPUDevice, T>::operator()(
                   });
 }
 
+template <typename T>
+absl::Status KerasParams<CPUDevice, T>::ToParams(OpKernelContext* ctx, RnnMode mode,
+                                                 int64_t input_size, int64_t num_units,
+                                                 int bias_rows, const T* kernel,
+                                                 const T* recurrent_kernel, const T* bias,
+                                                 T* params) {
+  cpu::KerasToParams<T>(ctx->eigen_device<CPUDevice>(), mode, input_size, num_units, bias_rows,
+                        kernel, recurrent_kernel, bias, params);
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status KerasParams<CPUDevice, T>::ToKeras(OpKernelContext* ctx, RnnMode mode,
+                                                int64_t input_size, int64_t num_units,
+                                                int bias_rows, const T* params, T* kernel,
+                                                T* recurrent_kernel, T* bias) {
+  cpu::ParamsToKeras<T>(ctx->eigen_device<CPUDevice>(), mode, input_size, num_units, bias_rows,
+                        params, kernel, recurrent_kernel, bias);
+  return absl::OkStatus();
+}
+
 #define TF_LSTM_OPS_INSTANTIATE(T)                \
   template struct CudnnRnnForward<CPUDevice, T>;  \
-  template struct CudnnRnnBackward<CPUDevice, T>;
+  template struct CudnnRnnBackward<CPUDevice, T>; \
+  template struct KerasParams<CPUDevice, T>;
 TF_LSTM_OPS_INSTANTIATE(Eigen::half)
 TF_LSTM_OPS_INSTANTIATE(Eigen::bfloat16)
 TF_LSTM_OPS_INSTANTIATE(float)

@@ -50,9 +50,35 @@ absl::Status CudnnRnnBackward<GpuDevice, T>::operator()(
       });
 }
 
+template <typename T>
+absl::Status KerasParams<GpuDevice, T>::ToParams(OpKernelContext* ctx, RnnMode mode,
+                                                 int64_t input_size, int64_t num_units,
+                                                 int bias_rows, const T* kernel,
+                                                 const T* recurrent_kernel, const T* bias,
+                                                 T* params) {
+  using D = StorageOf<T>;
+  return gpu_op::RunOnStream(ctx, "the weight conversion", 0, [&](cudaStream_t stream, void*) {
+    return gpu::KerasToParams<D>(stream, mode, input_size, num_units, bias_rows, Dev(kernel),
+                                 Dev(recurrent_kernel), Dev(bias), Dev(params));
+  });
+}
+
+template <typename T>
+absl::Status KerasParams<GpuDevice, T>::ToKeras(OpKernelContext* ctx, RnnMode mode,
+                                                int64_t input_size, int64_t num_units,
+                                                int bias_rows, const T* params, T* kernel,
+                                                T* recurrent_kernel, T* bias) {
+  using D = StorageOf<T>;
+  return gpu_op::RunOnStream(ctx, "the weight conversion", 0, [&](cudaStream_t stream, void*) {
+    return gpu::ParamsToKeras<D>(stream, mode, input_size, num_units, bias_rows, Dev(params),
+                                 Dev(kernel), Dev(recurrent_kernel), Dev(bias));
+  });
+}
+
 #define TF_LSTM_INSTANTIATE_GPU(T)                 \
   template struct CudnnRnnForward<GpuDevice, T>;   \
-  template struct CudnnRnnBackward<GpuDevice, T>;
+  template struct CudnnRnnBackward<GpuDevice, T>;  \
+  template struct KerasParams<GpuDevice, T>;
 TF_LSTM_INSTANTIATE_GPU(Eigen::half)
 TF_LSTM_INSTANTIATE_GPU(Eigen::bfloat16)
 TF_LSTM_INSTANTIATE_GPU(float)

@@ -52,10 +52,7 @@ struct RnnAttrs {
     std::string mode, direction;
     TF_RETURN_IF_ERROR(ctx->GetAttr("rnn_mode", &mode));
     mode_name = mode;
-    this->mode = mode == "lstm"       ? RnnMode::kLstm
-                 : mode == "gru"      ? RnnMode::kGru
-                 : mode == "rnn_relu" ? RnnMode::kRnnRelu
-                                      : RnnMode::kRnnTanh;
+    this->mode = RnnModeNamed(mode);
     TF_RETURN_IF_ERROR(ctx->GetAttr("input_mode", &input_mode));
     TF_RETURN_IF_ERROR(ctx->GetAttr("direction", &direction));
     num_dirs = direction == "bidirectional" ? 2 : 1;
@@ -615,6 +612,98 @@ class CudnnRNNCanonicalToParamsOp : public CanonicalParamsOpBase {
   }
 };
 
+// KerasToCudnnParams and CudnnParamsToKeras (docs/cudnn_rnn.md §6.5): the Keras layers' weights
+// and the params buffer of the one-layer, one-direction model they describe; each op is the
+// other's gradient. bias has one row (b_R; b_W = 0) or two (b_W, b_R).
+template <typename Device, typename T>
+class KerasToCudnnParamsOp : public OpKernel {
+ public:
+  explicit KerasToCudnnParamsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    std::string mode;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("rnn_mode", &mode));
+    mode_ = RnnModeNamed(mode);
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& kernel = ctx->input(0);
+    const Tensor& recurrent_kernel = ctx->input(1);
+    const Tensor& bias = ctx->input(2);
+    OP_REQUIRES_OK(ctx, CheckRank(kernel, "kernel", 2));
+    OP_REQUIRES_OK(ctx, CheckRank(recurrent_kernel, "recurrent_kernel", 2));
+    OP_REQUIRES(ctx, bias.dims() == 1 || bias.dims() == 2,
+                absl::InvalidArgumentError(absl::StrCat(
+                    "bias must be rank 1 ([gates * num_units]) or 2 ([2, gates * num_units]) "
+                    "but has shape ", bias.shape().DebugString())));
+    const int64_t H = recurrent_kernel.dim_size(0), I = kernel.dim_size(0);
+    int64_t width;  // G * H
+    OP_REQUIRES_OK(ctx, CheckedProduct({GatesOf(mode_), H}, "gates * num_units", &width));
+    OP_REQUIRES_OK(ctx, CheckShape(recurrent_kernel, "recurrent_kernel",
+                                   {{H, "num_units"}, {width, "gates * num_units"}}));
+    OP_REQUIRES_OK(ctx, CheckShape(kernel, "kernel",
+                                   {{I, "input_size"}, {width, "gates * num_units"}}));
+    const int bias_rows = bias.dims() == 1 ? 1 : 2;
+    if (bias_rows == 1) {
+      OP_REQUIRES_OK(ctx, CheckShape(bias, "bias", {{width, "gates * num_units"}}));
+    } else {
+      OP_REQUIRES_OK(ctx, CheckShape(bias, "bias", {{2, "2"}, {width, "gates * num_units"}}));
+    }
+    const RnnModel m{mode_, 1, H, I, 0, 1, false};
+    Tensor* params;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({CheckedParamsSize(m)}), &params));
+    OP_REQUIRES_OK(ctx, KerasParams<Device, T>().ToParams(
+                            ctx, mode_, I, H, bias_rows, kernel.flat<T>().data(),
+                            recurrent_kernel.flat<T>().data(), bias.flat<T>().data(),
+                            params->flat<T>().data()));
+  }
+
+ private:
+  RnnMode mode_;
+};
+
+template <typename Device, typename T>
+class CudnnParamsToKerasOp : public OpKernel {
+ public:
+  explicit CudnnParamsToKerasOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    std::string mode;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("rnn_mode", &mode));
+    mode_ = RnnModeNamed(mode);
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("input_size", &input_size_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_units", &num_units_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("bias_rows", &bias_rows_));
+    OP_REQUIRES(ctx, bias_rows_ == 1 || bias_rows_ == 2,
+                absl::InvalidArgumentError(
+                    absl::StrCat("bias_rows must be 1 or 2 but is ", bias_rows_)));
+    const RnnModel m{mode_, 1, num_units_, input_size_, 0, 1, false};
+    params_size_ = CheckedParamsSize(m);
+    OP_REQUIRES(ctx, params_size_ >= 0,
+                absl::InvalidArgumentError(absl::StrCat(
+                    "the params size of input_size ", input_size_, " and num_units ",
+                    num_units_, " overflows int64")));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& params = ctx->input(0);
+    OP_REQUIRES_OK(ctx, CheckShape(params, "params", {{params_size_, "params size"}}));
+    const int64_t width = GatesOf(mode_) * num_units_;  // fits: params_size_ did
+    Tensor *kernel, *recurrent_kernel, *bias;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({input_size_, width}), &kernel));
+    OP_REQUIRES_OK(ctx,
+                   ctx->allocate_output(1, TensorShape({num_units_, width}), &recurrent_kernel));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, bias_rows_ == 1 ? TensorShape({width})
+                                                                : TensorShape({2, width}),
+                                             &bias));
+    OP_REQUIRES_OK(ctx, KerasParams<Device, T>().ToKeras(
+                            ctx, mode_, input_size_, num_units_, bias_rows_,
+                            params.flat<T>().data(), kernel->flat<T>().data(),
+                            recurrent_kernel->flat<T>().data(), bias->flat<T>().data()));
+  }
+
+ private:
+  RnnMode mode_;
+  int64_t input_size_, num_units_, params_size_;
+  int bias_rows_;
+};
+
 }  // namespace
 
 // One registration per device. HOST(arg) marks what the GPU kernels keep in host memory, as TF's
@@ -678,13 +767,23 @@ class CudnnRNNCanonicalToParamsOp : public CanonicalParamsOpBase {
                                   HOST("input_size"),                                          \
                           CudnnRNNCanonicalToParamsOp<DEVICE, T, true>);
 
+// The Keras weight conversions: ours alone (no TF namesake), on every device.
+#define TF_LSTM_REGISTER_KERAS_PARAMS(DEVICE, DEVICE_TYPE, T)                                   \
+  REGISTER_KERNEL_BUILDER(                                                                     \
+      Name("TfLstm>KerasToCudnnParams").Device(DEVICE_TYPE).TypeConstraint<T>("T"),            \
+      KerasToCudnnParamsOp<DEVICE, T>);                                                        \
+  REGISTER_KERNEL_BUILDER(                                                                     \
+      Name("TfLstm>CudnnParamsToKeras").Device(DEVICE_TYPE).TypeConstraint<T>("T"),            \
+      CudnnParamsToKerasOp<DEVICE, T>);
+
 #define TF_LSTM_CPU_MEMORY(arg)
 #define TF_LSTM_HOST_MEMORY(arg) .HostMemory(arg)
 
 // CPU: our namespaced ops and TF's own op names.
 #define TF_LSTM_REGISTER_RNN_CPU(T)                                                     \
   TF_LSTM_REGISTER_RNN("TfLstm>", CPUDevice, tensorflow::DEVICE_CPU, TF_LSTM_CPU_MEMORY, T) \
-  TF_LSTM_REGISTER_RNN("", CPUDevice, tensorflow::DEVICE_CPU, TF_LSTM_CPU_MEMORY, T)
+  TF_LSTM_REGISTER_RNN("", CPUDevice, tensorflow::DEVICE_CPU, TF_LSTM_CPU_MEMORY, T)       \
+  TF_LSTM_REGISTER_KERAS_PARAMS(CPUDevice, tensorflow::DEVICE_CPU, T)
 
 TF_CALL_half(TF_LSTM_REGISTER_RNN_CPU);
 TF_CALL_bfloat16(TF_LSTM_REGISTER_RNN_CPU);
@@ -695,8 +794,9 @@ TF_CALL_double(TF_LSTM_REGISTER_RNN_CPU);
 #ifdef TF_LSTM_OPS_WITH_CUDA
 // GPU: our namespaced ops only. TF's own names keep TF-GPU's cuDNN kernels (registering ours for
 // them would clash with those on a GPU build of TF).
-#define TF_LSTM_REGISTER_RNN_GPU(T) \
-  TF_LSTM_REGISTER_RNN("TfLstm>", GpuDevice, tensorflow::DEVICE_GPU, TF_LSTM_HOST_MEMORY, T)
+#define TF_LSTM_REGISTER_RNN_GPU(T)                                                        \
+  TF_LSTM_REGISTER_RNN("TfLstm>", GpuDevice, tensorflow::DEVICE_GPU, TF_LSTM_HOST_MEMORY, T) \
+  TF_LSTM_REGISTER_KERAS_PARAMS(GpuDevice, tensorflow::DEVICE_GPU, T)
 
 TF_CALL_half(TF_LSTM_REGISTER_RNN_GPU);
 TF_CALL_bfloat16(TF_LSTM_REGISTER_RNN_GPU);
@@ -708,5 +808,6 @@ TF_CALL_double(TF_LSTM_REGISTER_RNN_GPU);
 #undef TF_LSTM_HOST_MEMORY
 #undef TF_LSTM_CPU_MEMORY
 #undef TF_LSTM_REGISTER_RNN
+#undef TF_LSTM_REGISTER_KERAS_PARAMS
 
 }  // namespace tf_lstm_ops

@@ -1,6 +1,10 @@
 // Op definitions of the CudnnRNN family under our namespace, with TF's exact inputs, outputs and
 // attrs (order included, so the generated Python signatures equal tf.raw_ops'). The same
 // kernels are also registered for TF's own op names on CPU (kernels.cc beside this file).
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "cc/core/cudnn_rnn_layout.h"
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -266,6 +270,76 @@ REGISTER_OP("TfLstm>CudnnRNNCanonicalToParamsV2")
     .SetShapeFn([](InferenceContext* c) {
       TF_RETURN_IF_ERROR(ScalarInputs(c));
       c->set_output(0, c->Vector(InferenceContext::kUnknownDim));
+      return absl::OkStatus();
+    });
+
+// Ours alone: the Keras layers' weights (kernel [I, G*H], recurrent_kernel [H, G*H], bias [G*H]
+// or [2, G*H]) and the params buffer of the one-layer model they describe (docs/cudnn_rnn.md
+// §6.5); each is the other's gradient.
+REGISTER_OP("TfLstm>KerasToCudnnParams")
+    .Input("kernel: T")
+    .Input("recurrent_kernel: T")
+    .Input("bias: T")
+    .Output("params: T")
+    .Attr(kTypes)
+    .Attr(kMode)
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle kernel, recurrent_kernel, bias;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &kernel));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 2, &recurrent_kernel));
+      TF_RETURN_IF_ERROR(c->WithRankAtLeast(c->input(2), 1, &bias));
+      TF_RETURN_IF_ERROR(c->WithRankAtMost(bias, 2, &bias));
+      const int64_t I = c->Value(c->Dim(kernel, 0)), H = c->Value(c->Dim(recurrent_kernel, 0));
+      int64_t size = InferenceContext::kUnknownDim;
+      if (I >= 0 && H >= 0) {
+        std::string mode;
+        TF_RETURN_IF_ERROR(c->GetAttr("rnn_mode", &mode));
+        size = CheckedParamsSize(RnnModel{RnnModeNamed(mode), 1, H, I, 0, 1, false});
+        if (size < 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "the params size of input_size ", I, " and num_units ", H, " overflows int64"));
+        }
+      }
+      c->set_output(0, c->Vector(size));
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("TfLstm>CudnnParamsToKeras")
+    .Input("params: T")
+    .Output("kernel: T")
+    .Output("recurrent_kernel: T")
+    .Output("bias: T")
+    .Attr(kTypes)
+    .Attr(kMode)
+    .Attr("input_size: int >= 0")
+    .Attr("num_units: int >= 0")
+    .Attr("bias_rows: int = 1")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle params;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, &params));
+      std::string mode;
+      int64_t I, H;
+      int bias_rows;
+      TF_RETURN_IF_ERROR(c->GetAttr("rnn_mode", &mode));
+      TF_RETURN_IF_ERROR(c->GetAttr("input_size", &I));
+      TF_RETURN_IF_ERROR(c->GetAttr("num_units", &H));
+      TF_RETURN_IF_ERROR(c->GetAttr("bias_rows", &bias_rows));
+      if (bias_rows != 1 && bias_rows != 2) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("bias_rows must be 1 or 2 but is ", bias_rows));
+      }
+      const RnnMode m = RnnModeNamed(mode);
+      const int64_t size = CheckedParamsSize(RnnModel{m, 1, H, I, 0, 1, false});
+      if (size < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the params size of input_size ", I, " and num_units ", H, " overflows int64"));
+      }
+      DimensionHandle unused;
+      TF_RETURN_IF_ERROR(c->WithValue(c->Dim(params, 0), size, &unused));
+      const int64_t width = GatesOf(m) * H;
+      c->set_output(0, c->Matrix(I, width));
+      c->set_output(1, c->Matrix(H, width));
+      c->set_output(2, bias_rows == 1 ? c->Vector(width) : c->Matrix(2, width));
       return absl::OkStatus();
     });
 
