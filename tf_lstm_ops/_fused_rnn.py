@@ -45,39 +45,15 @@ def mask_lengths(mask, batch, steps):
     return lengths, right_padded
 
 
-def _flat_t(matrix):
-    """[in, G*H] Keras kernel -> the G row-major [H, in] cuDNN matrices, concatenated."""
-    return tf.reshape(tf.transpose(matrix), [-1])
-
-
-def lstm_params(kernel, recurrent_kernel, bias):
-    """Keras LSTM weights (gates i, f, c, o; bias [4H] or None) as the params buffer
-    (docs/cudnn_rnn.md §6.5: W_g = kernel[:, g]^T, R_g = recurrent_kernel[:, g]^T, b_W = 0,
-    b_R = bias)."""
+def keras_params(rnn_mode, kernel, recurrent_kernel, bias):
+    """A Keras RNN layer's weights as the params buffer of the one-layer model they describe
+    (docs/cudnn_rnn.md §6.5), by one KerasToCudnnParams op (its gradient: CudnnParamsToKeras).
+    kernel [I, G*H], recurrent_kernel [H, G*H]; bias [G*H] (LSTM, SimpleRNN: b_R, with b_W = 0),
+    [2, G*H] (GRU with reset_after: b_W, b_R) or None (no bias: zeros)."""
     if bias is None:
         bias = tf.zeros([tf.shape(recurrent_kernel)[1]], recurrent_kernel.dtype)
-    return tf.concat([_flat_t(kernel), _flat_t(recurrent_kernel), tf.zeros_like(bias), bias], 0)
-
-
-def simple_rnn_params(kernel, recurrent_kernel, bias):
-    """Keras SimpleRNN weights (bias [H] or None) as the params buffer: the LSTM layout, G = 1."""
-    return lstm_params(kernel, recurrent_kernel, bias)
-
-
-def gru_params(kernel, recurrent_kernel, bias):
-    """Keras GRU(reset_after=True) weights (gates z, r, h; bias [2, 3H]: input, recurrent; or None)
-    as the params buffer (cuDNN gate order r, z, h)."""
-    units = tf.shape(recurrent_kernel)[0]
-
-    def to_cudnn_order(m):  # last axis: Keras z, r, h -> cuDNN r, z, h
-        return tf.concat([m[..., units:2 * units], m[..., :units], m[..., 2 * units:]], -1)
-
-    if bias is None:
-        flat_bias = tf.zeros([6 * units], recurrent_kernel.dtype)
-    else:
-        flat_bias = tf.reshape(to_cudnn_order(bias), [-1])  # b_W, then b_R
-    return tf.concat([_flat_t(to_cudnn_order(kernel)), _flat_t(to_cudnn_order(recurrent_kernel)),
-                      flat_bias], 0)
+    return library.op("KerasToCudnnParams")(
+        kernel=kernel, recurrent_kernel=recurrent_kernel, bias=bias, rnn_mode=rnn_mode)
 
 
 _NOT_RIGHT_PADDED = ("a mask that is not right-padded (left padding or masked steps inside a "

@@ -24,10 +24,8 @@ import tf_keras
 
 from tf_lstm_ops._fused_rnn import (
     by_mask,
-    gru_params,
+    keras_params,
     keras_rnn_loop,
-    lstm_params,
-    simple_rnn_params,
     warn_fallback,
 )
 from tf_lstm_ops._loader import in_xla_context
@@ -54,7 +52,10 @@ class _FusedCall:
         raise NotImplementedError
 
     def _params(self, dtype):
-        raise NotImplementedError
+        cell = self.cell
+        bias = self._read(cell.bias, dtype) if cell.use_bias else None
+        return keras_params(self._rnn_mode, self._read(cell.kernel, dtype),
+                            self._read(cell.recurrent_kernel, dtype), bias)
 
     def _read(self, variable, dtype):
         return tf.cast(tf.convert_to_tensor(variable), dtype)
@@ -155,11 +156,6 @@ class LSTM(_FusedCall, tf_keras.layers.LSTM):
         mask = self.get_dropout_mask_for_cell(x, training, count=4)
         return x if mask is None else x * mask[0]
 
-    def _params(self, dtype):
-        cell = self.cell
-        return lstm_params(self._read(cell.kernel, dtype), self._read(cell.recurrent_kernel, dtype),
-                           self._read(cell.bias, dtype))
-
 
 @_register
 class GRU(_FusedCall, tf_keras.layers.GRU):
@@ -179,11 +175,6 @@ class GRU(_FusedCall, tf_keras.layers.GRU):
         self.reset_dropout_mask()
         mask = self.get_dropout_mask_for_cell(x, training, count=3)
         return x if mask is None else x * mask[0]
-
-    def _params(self, dtype):
-        cell = self.cell
-        return gru_params(self._read(cell.kernel, dtype), self._read(cell.recurrent_kernel, dtype),
-                          self._read(cell.bias, dtype))
 
 
 @_register
@@ -214,12 +205,6 @@ class SimpleRNN(_FusedCall, tf_keras.layers.SimpleRNN):
         self._maybe_reset_cell_dropout_mask(self.cell)
         mask = self.cell.get_dropout_mask_for_cell(x[:, 0, :], training)
         return x if mask is None else x * tf.expand_dims(mask, 1)
-
-    def _params(self, dtype):
-        cell = self.cell
-        bias = self._read(cell.bias, dtype) if cell.use_bias else None
-        return simple_rnn_params(self._read(cell.kernel, dtype),
-                                 self._read(cell.recurrent_kernel, dtype), bias)
 
 
 __all__ = ["LSTM", "GRU", "SimpleRNN"]

@@ -16,11 +16,9 @@ import keras
 import tensorflow as tf
 
 from tf_lstm_ops._fused_rnn import (
-    gru_params,
-    keras_rnn_loop,
     by_mask,
-    lstm_params,
-    simple_rnn_params,
+    keras_params,
+    keras_rnn_loop,
     warn_fallback,
 )
 from tf_lstm_ops._loader import in_xla_context
@@ -31,7 +29,6 @@ from tf_lstm_ops.keras._common import (
     _read,
     _register,
 )
-
 
 
 def _functions(*names):
@@ -85,7 +82,10 @@ class _FusedRNNMixin(_Keras3Only):
     _keras_class = None  # the Keras layer this one replaces, whose inner_loop is the fallback
 
     def _params(self, dtype):
-        raise NotImplementedError
+        cell = self.cell
+        bias = _read(cell.bias, dtype) if cell.use_bias else None
+        return keras_params(self._rnn_mode, _read(cell.kernel, dtype),
+                            _read(cell.recurrent_kernel, dtype), bias)
 
     def _static_fallback_reason(self):
         """Why no call of this layer can run the fused kernel (None: calls can)."""
@@ -225,11 +225,6 @@ class LSTM(_FusedRNNMixin, keras.layers.LSTM):
     def _static_fallback_reason(self):
         return super()._static_fallback_reason() or _gate_activations_reason(self.cell)
 
-    def _params(self, dtype):
-        cell = self.cell
-        return lstm_params(_read(cell.kernel, dtype), _read(cell.recurrent_kernel, dtype),
-                           _read(cell.bias, dtype) if cell.use_bias else None)
-
 
 @_register
 class GRU(_FusedRNNMixin, keras.layers.GRU):
@@ -310,11 +305,6 @@ class GRU(_FusedRNNMixin, keras.layers.GRU):
                     "recurrent matmul)")
         return super()._static_fallback_reason() or _gate_activations_reason(self.cell)
 
-    def _params(self, dtype):
-        cell = self.cell
-        return gru_params(_read(cell.kernel, dtype), _read(cell.recurrent_kernel, dtype),
-                          _read(cell.bias, dtype) if cell.use_bias else None)
-
 
 @_register
 class SimpleRNN(_FusedRNNMixin, keras.layers.SimpleRNN):
@@ -387,8 +377,3 @@ class SimpleRNN(_FusedRNNMixin, keras.layers.SimpleRNN):
     def _static_fallback_reason(self):
         return (super()._static_fallback_reason()
                 or _activation_reason("activation", self.cell.activation, ("tanh", "relu")))
-
-    def _params(self, dtype):
-        cell = self.cell
-        return simple_rnn_params(_read(cell.kernel, dtype), _read(cell.recurrent_kernel, dtype),
-                                 _read(cell.bias, dtype) if cell.use_bias else None)
