@@ -2,8 +2,18 @@
 imports this package once, and TensorFlow keeps each registration for the process.
 
 - block_lstm: BlockLSTM, BlockLSTMV2 and LSTMBlockCell (all through our BlockLSTMFullGrad op);
-- cudnn_rnn: CudnnRNN, CudnnRNNV2 and CudnnRNNV3 (through the matching Backprop op).
-Both register under our op namespace (TfLstm>); TF's own op names keep TF's gradients.
+- block_lstm_composite: their gradient ops (second derivatives, JVPs);
+- cudnn_rnn: CudnnRNN, CudnnRNNV2 and CudnnRNNV3 (through the matching Backprop op), and the
+  Keras weight conversions;
+- cudnn_rnn_composite: the CudnnRNNBackprop ops (second derivatives, JVPs), also under TF's own
+  names, for which TF registers none.
+Forward ops register under our op namespace (TfLstm>); TF's own forward op names keep TF's
+gradients.
 """
 
-from tf_lstm_ops._gradients import block_lstm, cudnn_rnn  # noqa: F401  (registering is the import)
+from tf_lstm_ops._gradients import (  # noqa: F401  (registering is the import)
+    block_lstm,
+    block_lstm_composite,
+    cudnn_rnn,
+    cudnn_rnn_composite,
+)

@@ -1,0 +1,388 @@
+"""Second derivatives and JVPs through the CudnnRNN family (the gradients of the Backprop ops,
+tf_lstm_ops/_gradients/cudnn_rnn_composite.py), in float64: against finite differences of our
+own first derivatives (the kernels'), of the forward op, and against keras.layers, whose loop is
+differentiable twice."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_lstm_ops.keras as tlk
+from tf_lstm_ops import raw
+
+
+def model_inputs(rng, mode, L=1, direction="unidirectional", time_major=True, proj=0, H=2, I=2,
+                 T=3, B=2):
+    D = 2 if direction == "bidirectional" else 1
+    Hr = proj or H
+    size = int(raw.CudnnRNNParamsSize(num_layers=L, num_units=H, input_size=I, T=tf.float64,
+                                      S=tf.int64, rnn_mode=mode, direction=direction,
+                                      num_proj=proj)[0])
+
+    def state(n):
+        return tf.constant(0.5 * rng.standard_normal((L * D, B, n) if time_major else
+                                                     (B, L * D, n)))
+
+    x = tf.constant(rng.standard_normal((T, B, I) if time_major else (B, T, I)))
+    out_shape = (T, B, D * Hr) if time_major else (B, T, D * Hr)
+    return (dict(input=x, input_h=state(Hr), input_c=state(H),
+                 params=tf.constant(0.5 * rng.standard_normal(size))),
+            tf.constant(rng.standard_normal(out_shape)))
+
+
+def first_derivative(forward, dy, mode):
+    """θ -> the gradient of a loss using every output w.r.t. θ = (input, input_h, input_c,
+    params), flattened: what the registered gradient (the Backprop op) computes."""
+
+    @tf.function
+    def grad(x, h, c, p):
+        with tf.GradientTape() as tape:
+            tape.watch([x, h, c, p])
+            output, output_h, output_c = forward(x, h, c, p)
+            loss = tf.reduce_sum(output * dy) + tf.reduce_sum(tf.sin(output_h))
+            if mode == "lstm":
+                loss += tf.reduce_sum(output_c ** 2)
+        grads = tape.gradient(loss, [x, h, c, p], unconnected_gradients="zero")
+        return tf.concat([tf.reshape(g, [-1]) for g in grads], 0)
+
+    return grad
+
+
+def assert_second_derivative_matches(forward, inputs, dy, mode):
+    theta = [inputs[k] for k in ("input", "input_h", "input_c", "params")]
+    analytic, numeric = tf.test.compute_gradient(first_derivative(forward, dy, mode), theta,
+                                                 delta=1e-5)
+    for a, n in zip(analytic, numeric):
+        np.testing.assert_allclose(a, n, atol=2e-7)
+
+
+def assert_directional_second_derivative_matches(rng, forward, inputs, dy, mode):
+    """<w, H d> for random w, d: the double backpropagation against central differences of the
+    first derivative along d (a cheaper check than the whole Hessian, for larger models)."""
+    theta = [inputs[k] for k in ("input", "input_h", "input_c", "params")]
+    grad = first_derivative(forward, dy, mode)
+    w = tf.constant(rng.standard_normal(grad(*theta).shape))
+    d = [tf.constant(rng.standard_normal(t.shape)) for t in theta]
+    with tf.GradientTape() as tape:
+        tape.watch(theta)
+        projection = tf.reduce_sum(grad(*theta) * w)
+    analytic = sum(float(tf.reduce_sum(g * e)) for g, e in
+                   zip(tape.gradient(projection, theta, unconnected_gradients="zero"), d))
+    eps = 1e-5
+    plus = grad(*[t + eps * e for t, e in zip(theta, d)])
+    minus = grad(*[t - eps * e for t, e in zip(theta, d)])
+    numeric = float(tf.reduce_sum((plus - minus) / (2 * eps) * w))
+    np.testing.assert_allclose(analytic, numeric, rtol=1e-6)
+
+
+def v3(mode, lengths, **attrs):
+    def forward(x, h, c, p):
+        out = raw.CudnnRNNV3(input=x, input_h=h, input_c=c, params=p, sequence_lengths=lengths,
+                             rnn_mode=mode, is_training=True, **attrs)
+        return out.output, out.output_h, out.output_c
+    return forward
+
+
+CASES = [  # (mode, L, direction, time_major, num_proj, lengths)
+    ("lstm", 1, "unidirectional", True, 0, [3, 3]),
+    ("gru", 1, "unidirectional", True, 0, [3, 3]),
+    ("rnn_tanh", 1, "unidirectional", False, 0, [3, 1]),
+    ("rnn_relu", 1, "unidirectional", True, 0, [2, 3]),
+    ("lstm", 2, "bidirectional", False, 1, [2, 1]),
+    ("gru", 2, "bidirectional", True, 0, [1, 0]),
+]
+
+
+@pytest.mark.parametrize("mode,L,direction,time_major,proj,lengths", CASES,
+                         ids=["%s-L%d-%s-%s-P%d" % (c[0], c[1], c[2][:3], "tm" if c[3] else "bm",
+                                                    c[4]) for c in CASES])
+def test_v3_second_derivatives_match_finite_differences(rng, mode, L, direction, time_major,
+                                                        proj, lengths):
+    inputs, dy = model_inputs(rng, mode, L, direction, time_major, proj, T=max(lengths))
+    forward = v3(mode, tf.constant(lengths), direction=direction, num_proj=proj,
+                 time_major=time_major)
+    if L == 1:
+        assert_second_derivative_matches(forward, inputs, dy, mode)
+    else:
+        for _ in range(3):
+            assert_directional_second_derivative_matches(rng, forward, inputs, dy, mode)
+
+
+@pytest.mark.parametrize("op", ["CudnnRNN", "CudnnRNNV2", "tf.raw_ops.CudnnRNNV3"])
+def test_v1_v2_and_tfs_own_names_have_second_derivatives(rng, op):
+    # TF's own CudnnRNNV3 name: TF's registered gradient calls its CudnnRNNBackpropV3 (our CPU
+    # kernel), whose gradient is ours.
+    mode = "gru" if op == "CudnnRNNV2" else "lstm"
+    inputs, dy = model_inputs(rng, mode, T=2)
+    if op.startswith("tf.raw_ops"):
+        fn = lambda **a: tf.raw_ops.CudnnRNNV3(sequence_lengths=tf.constant([2, 1]), **a)  # noqa
+    else:
+        fn = getattr(raw, op)
+
+    def forward(x, h, c, p):
+        out = fn(input=x, input_h=h, input_c=c, params=p, rnn_mode=mode, is_training=True)
+        return out[0], out[1], out[2]
+
+    assert_second_derivative_matches(forward, inputs, dy, mode)
+
+
+def test_jvps_through_the_forward_op_match_finite_differences(rng):
+    inputs, _ = model_inputs(rng, "lstm", L=2, direction="bidirectional")
+    tangents = {k: tf.constant(rng.standard_normal(v.shape)) for k, v in inputs.items()}
+    lengths = tf.constant([3, 2])
+
+    def forward(values):
+        return raw.CudnnRNNV3(sequence_lengths=lengths, rnn_mode="lstm",
+                              direction="bidirectional", is_training=True, **values)[:3]
+
+    with tf.autodiff.ForwardAccumulator(list(inputs.values()), list(tangents.values())) as acc:
+        outputs = forward(inputs)
+    eps = 1e-6
+    plus = forward({k: v + eps * tangents[k] for k, v in inputs.items()})
+    minus = forward({k: v - eps * tangents[k] for k, v in inputs.items()})
+    for out, p, m in zip(outputs, plus, minus):
+        np.testing.assert_allclose(acc.jvp(out), (p - m) / (2 * eps), atol=1e-8)
+
+
+LAYERS = ["LSTM", "GRU", "SimpleRNN"]
+
+
+def layer_pair(rng, name, **kwargs):
+    ours = getattr(tlk, name)(3, return_sequences=True, dtype="float64", **kwargs)
+    theirs = getattr(keras.layers, name)(3, return_sequences=True, dtype="float64", **kwargs)
+    x = tf.constant(rng.standard_normal((2, 4, 2)))
+    ours.build(x.shape)
+    theirs.build(x.shape)
+    theirs.set_weights(ours.get_weights())
+    return ours, theirs, x
+
+
+@pytest.mark.parametrize("name", LAYERS)
+def test_hessian_vector_products_through_the_layers_equal_keras(rng, name):
+    ours, theirs, x = layer_pair(rng, name)
+    vectors = [tf.constant(rng.standard_normal(w.shape)) for w in ours.trainable_variables]
+
+    def hvp(layer):
+        @tf.function
+        def run(x):
+            with tf.GradientTape() as outer:
+                with tf.GradientTape() as inner:
+                    loss = tf.reduce_sum(tf.sin(layer(x)))
+                grads = inner.gradient(loss, layer.trainable_variables)
+                projection = tf.add_n([tf.reduce_sum(g * v) for g, v in zip(grads, vectors)])
+            return outer.gradient(projection, layer.trainable_variables)
+        return run(x)
+
+    for a, b in zip(hvp(ours), hvp(theirs)):
+        np.testing.assert_allclose(a, b, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", LAYERS)
+def test_a_gradient_penalty_through_the_layers_equals_keras(rng, name):
+    ours, theirs, x = layer_pair(rng, name)
+    mask = tf.constant([[True] * 4, [True, True, False, False]])
+
+    def penalty_gradient(layer):
+        @tf.function
+        def run(x):
+            with tf.GradientTape() as outer:
+                with tf.GradientTape() as inner:
+                    inner.watch(x)
+                    score = tf.reduce_sum(layer(x, mask=mask) ** 2)
+                penalty = tf.reduce_sum(inner.gradient(score, x) ** 2)  # WGAN-GP style
+            return outer.gradient(penalty, layer.trainable_variables)
+        return run(x)
+
+    for a, b in zip(penalty_gradient(ours), penalty_gradient(theirs)):
+        np.testing.assert_allclose(a, b, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", LAYERS)
+def test_forward_mode_through_the_layers_equals_keras(rng, name):
+    ours, theirs, x = layer_pair(rng, name)
+    tangent = tf.constant(rng.standard_normal(x.shape))
+
+    def jvp(layer):
+        with tf.autodiff.ForwardAccumulator(x, tangent) as acc:
+            y = layer(x)
+        return acc.jvp(y)
+
+    np.testing.assert_allclose(jvp(ours), jvp(theirs), atol=1e-12)
+
+
+def test_sixteen_bit_second_derivatives_follow_float64(rng):
+    inputs, dy = model_inputs(rng, "gru")
+    lengths = tf.constant([3, 2])
+
+    def hessian_vector(dtype):
+        theta = [tf.cast(inputs[k], dtype) for k in ("input", "input_h", "input_c", "params")]
+        with tf.GradientTape() as outer:
+            outer.watch(theta)
+            with tf.GradientTape() as inner:
+                inner.watch(theta)
+                out = raw.CudnnRNNV3(input=theta[0], input_h=theta[1], input_c=theta[2],
+                                     params=theta[3], sequence_lengths=lengths, rnn_mode="gru",
+                                     is_training=True)
+                loss = tf.reduce_sum(out.output * tf.cast(dy, dtype))
+            grad = inner.gradient(loss, theta[3])
+            projection = tf.reduce_sum(grad * grad)
+        return tf.cast(outer.gradient(projection, theta[3]), tf.float64)
+
+    np.testing.assert_allclose(hessian_vector(tf.float16), hessian_vector(tf.float64),
+                               atol=0.05, rtol=0.05)
+
+
+def test_dropout_between_layers_is_a_clear_error(rng):
+    inputs, dy = model_inputs(rng, "lstm", L=2)
+    with pytest.raises(NotImplementedError, match="dropout between layers"):
+        with tf.GradientTape() as outer:
+            outer.watch(inputs["params"])
+            with tf.GradientTape() as inner:
+                inner.watch(inputs["params"])
+                out = raw.CudnnRNNV3(sequence_lengths=tf.constant([3, 3]), rnn_mode="lstm",
+                                     dropout=0.5, is_training=True, **inputs)
+                loss = tf.reduce_sum(out.output * dy)
+            penalty = tf.reduce_sum(inner.gradient(loss, inputs["params"]) ** 2)
+        outer.gradient(penalty, inputs["params"])
+
+
+# ---- the LSTM block family ------------------------------------------------------------------
+
+BLOCK_INPUTS = ("x", "cs_prev", "h_prev", "w", "wci", "wcf", "wco", "b")
+
+
+def block_inputs(rng, T=3, B=2, I=2, H=2):
+    shapes = dict(x=(T, B, I), cs_prev=(B, H), h_prev=(B, H), w=(I + H, 4 * H), wci=(H,),
+                  wcf=(H,), wco=(H,), b=(4 * H,))
+    return {k: tf.constant((0.5 if k == "w" else 1.0) * rng.standard_normal(s))
+            for k, s in shapes.items()}
+
+
+def block_forward(op_name, seq_len_max, use_peephole, **attrs):
+    op = getattr(raw, op_name)
+
+    def forward(values):
+        return op(seq_len_max=tf.constant(seq_len_max, tf.int64), use_peephole=use_peephole,
+                  **attrs, **values)
+    return forward
+
+
+@pytest.mark.parametrize("op_name,seq_len_max,use_peephole,attrs", [
+    ("BlockLSTMV2", 3, True, dict(cell_clip=0.0)),
+    ("BlockLSTMV2", 2, False, dict(cell_clip=0.0)),
+    ("BlockLSTM", 2, True, dict(forget_bias=0.5, cell_clip=10.0)),  # a clip that never acts
+    ("BlockLSTM", 0, True, dict(forget_bias=1.0, cell_clip=0.0)),
+])
+def test_block_lstm_second_derivatives_match_finite_differences(rng, op_name, seq_len_max,
+                                                                use_peephole, attrs):
+    # through the tape: the forward's gradient is BlockLSTMFullGrad, whose gradient is the
+    # composite; every one of the seven outputs enters the loss
+    values = block_inputs(rng)
+    forward = block_forward(op_name, seq_len_max, use_peephole, **attrs)
+    weights = [tf.constant(rng.standard_normal((3, 2, 2))) for _ in range(7)]
+
+    @tf.function
+    def first(*theta):
+        with tf.GradientTape() as tape:
+            tape.watch(theta)
+            outputs = forward(dict(zip(BLOCK_INPUTS, theta)))
+            loss = tf.add_n([tf.reduce_sum(tf.sin(o) * w) for o, w in zip(outputs, weights)])
+        grads = tape.gradient(loss, list(theta), unconnected_gradients="zero")
+        return tf.concat([tf.reshape(g, [-1]) for g in grads], 0)
+
+    analytic, numeric = tf.test.compute_gradient(first, [values[k] for k in BLOCK_INPUTS],
+                                                 delta=1e-5)
+    for a, n in zip(analytic, numeric):
+        np.testing.assert_allclose(a, n, atol=2e-7)
+
+
+def block_grad_op_inputs(rng, layout, use_peephole, T=3, B=2, I=2, H=2):
+    """Inputs of a sequence gradient op: a real forward's activations (so gates lie in (0, 1))
+    and random output gradients."""
+    values = block_inputs(rng, T, B, I, H)
+    op = raw.BlockLSTMV2 if layout == "IFCO" else raw.BlockLSTM
+    outputs = op(seq_len_max=tf.constant(T, tf.int64), use_peephole=use_peephole, cell_clip=0.0,
+                 **values)
+    grads = {name + "_grad": tf.constant(rng.standard_normal((T, B, H)))
+             for name in ("i", "cs", "f", "o", "ci", "co", "h")}
+    return values, dict(zip(("i", "cs", "f", "o", "ci", "co", "h"), outputs)), grads
+
+
+@pytest.mark.parametrize("op_name,layout,use_peephole", [("BlockLSTMGrad", "ICFO", True),
+                                                         ("BlockLSTMGradV2", "IFCO", False),
+                                                         ("BlockLSTMFullGrad", "ICFO", False),
+                                                         ("BlockLSTMFullGrad", "IFCO", True)])
+def test_block_gradient_ops_gradients_match_finite_differences(rng, op_name, layout,
+                                                               use_peephole):
+    # each gradient op as a function of all its inputs (activations and output gradients
+    # included), against finite differences of the op itself
+    from tf_lstm_ops._loader import library
+
+    values, activations, grads = block_grad_op_inputs(rng, layout, use_peephole)
+    if op_name != "BlockLSTMFullGrad":
+        grads = {k: grads[k] for k in ("cs_grad", "h_grad")}
+    kwargs = dict(values, **activations, **grads)
+    names = list(kwargs)
+    attrs = dict(use_peephole=use_peephole)
+    if op_name == "BlockLSTMFullGrad":
+        attrs["gate_layout"] = layout
+    op = library.op(op_name)
+
+    def grad_op(*tensors):
+        out = op(seq_len_max=tf.constant(2, tf.int64), **dict(zip(names, tensors)), **attrs)
+        return tf.concat([tf.reshape(t, [-1]) for t in out], 0)
+
+    analytic, numeric = tf.test.compute_gradient(tf.function(grad_op),
+                                                 [kwargs[k] for k in names], delta=1e-5)
+    for name, a, n in zip(names, analytic, numeric):
+        np.testing.assert_allclose(a, n, atol=1e-8, err_msg=name)
+
+
+@pytest.mark.parametrize("use_peephole", [False, True])
+def test_lstm_block_cell_grad_has_a_gradient(rng, use_peephole):
+    values, activations, grads = block_grad_op_inputs(rng, "ICFO", use_peephole, T=1)
+    kwargs = dict(values, **{k: v[0] for k, v in activations.items() if k != "h"},
+                  cs_grad=grads["cs_grad"][0], h_grad=grads["h_grad"][0])
+    kwargs["x"] = kwargs["x"][0]
+    names = list(kwargs)
+
+    def grad_op(*tensors):
+        out = raw.LSTMBlockCellGrad(use_peephole=use_peephole, **dict(zip(names, tensors)))
+        return tf.concat([tf.reshape(t, [-1]) for t in out], 0)
+
+    analytic, numeric = tf.test.compute_gradient(tf.function(grad_op),
+                                                 [kwargs[k] for k in names], delta=1e-5)
+    for name, a, n in zip(names, analytic, numeric):
+        np.testing.assert_allclose(a, n, atol=1e-8, err_msg=name)
+
+
+def test_lstm_block_cell_hvp_and_jvp(rng):
+    values = block_inputs(rng, T=1)
+    values["x"] = values["x"][0]
+    theta = [values[k] for k in BLOCK_INPUTS]
+    direction = [tf.constant(rng.standard_normal(t.shape)) for t in theta]
+
+    def loss(*t):
+        out = raw.LSTMBlockCell(use_peephole=True, cell_clip=0.0, **dict(zip(BLOCK_INPUTS, t)))
+        return tf.reduce_sum(tf.sin(out.h)) + tf.reduce_sum(out.cs ** 2)
+
+    with tf.autodiff.ForwardAccumulator(theta, direction) as acc:
+        value = loss(*theta)
+    eps = 1e-6
+    numeric = (loss(*[t + eps * d for t, d in zip(theta, direction)])
+               - loss(*[t - eps * d for t, d in zip(theta, direction)])) / (2 * eps)
+    np.testing.assert_allclose(acc.jvp(value), numeric, rtol=1e-7)
+
+
+def test_block_lstm_sixteen_bit_second_derivatives_run(rng):
+    values = {k: tf.cast(v, tf.float16) for k, v in block_inputs(rng).items()}
+    with tf.GradientTape() as outer:
+        outer.watch(values["w"])
+        with tf.GradientTape() as inner:
+            inner.watch(values["w"])
+            out = raw.BlockLSTMV2(seq_len_max=tf.constant(3, tf.int64), **values)
+            loss = tf.reduce_sum(out.h)
+        penalty = tf.reduce_sum(inner.gradient(loss, values["w"]) ** 2)
+    second = outer.gradient(penalty, values["w"])
+    assert second.dtype == tf.float16 and np.all(np.isfinite(second.numpy()))

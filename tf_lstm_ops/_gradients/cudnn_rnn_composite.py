@@ -1,0 +1,209 @@
+"""The CudnnRNN forward written with TensorFlow ops (docs/cudnn_rnn.md §4-§6), differentiable to
+any order, and the gradients of the CudnnRNNBackprop ops built on it.
+
+The Backprop ops compute a vector-Jacobian product g = J(θ)ᵀ v of the forward f at
+θ = (input, input_h, input_c, params) for v = (output_backprop, output_h_backprop,
+output_c_backprop). Their gradient for a cotangent u of g is, w.r.t. v, the Jacobian-vector
+product J(θ) u, and w.r.t. θ the second-order term ∂/∂θ ⟨J(θ)ᵀ v, u⟩. Both come from one double
+backpropagation through this module's forward (a `tf.scan` per layer and direction), so nested
+tapes, Hessian-vector products and `tf.autodiff.ForwardAccumulator` (whose JVPs transpose the
+gradient) work through every op of the family, to any order. It is a composite: a loop of small
+ops, at roughly the speed of Keras' own loop, not a fused kernel (docs/cudnn_rnn.md §7.4).
+
+The saved `output`, `output_h`, `output_c` and `reserve_space` inputs get no gradient: the
+composite recomputes them from θ, so the total derivative is already in θ's gradient.
+"""
+
+import tensorflow as tf
+
+from tf_lstm_ops._loader import OP_NAMESPACE
+
+_GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
+
+
+def _string_attr(op, name):
+    value = op.get_attr(name)
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _static_dim(op, tensor, axis, name):
+    if tensor.shape.rank == 3 and tensor.shape[axis] is not None:
+        return tensor.shape[axis]
+    raise ValueError(
+        "the gradient of %s (second derivatives of the CudnnRNN ops) needs %s's dimension %d "
+        "when the graph is built; got %s" % (op.type, name, axis, tensor.shape))
+
+
+class _Model:
+    """The model of one Backprop op, from its attributes and its inputs' static sizes (as the
+    kernel resolves them, docs/cudnn_rnn.md §3)."""
+
+    def __init__(self, op, version):
+        self.mode = _string_attr(op, "rnn_mode")
+        self.G = _GATES[self.mode]
+        self.D = 2 if _string_attr(op, "direction") == "bidirectional" else 1
+        self.time_major = op.get_attr("time_major") if version == 3 else True
+        x, h0, c0 = op.inputs[0], op.inputs[1], op.inputs[2]
+        self.I = _static_dim(op, x, 2, "input")
+        self.Hr = _static_dim(op, h0, 2, "input_h")
+        self.L = _static_dim(op, h0, 0 if self.time_major else 1, "input_h") // self.D
+        # H: the cell width, input_c's for LSTM (wider than h with a projection)
+        self.H = _static_dim(op, c0, 2, "input_c") if self.mode == "lstm" else self.Hr
+        num_proj = op.get_attr("num_proj") if version == 3 else 0
+        self.P = num_proj if 0 < num_proj < self.H else 0  # == H: none, as the kernels read it
+        input_mode = _string_attr(op, "input_mode")
+        self.skip = input_mode == "skip_input" or (input_mode == "auto_select"
+                                                    and self.I == self.H)
+        dropout = op.get_attr("dropout")
+        if dropout > 0 and self.L > 1:
+            raise NotImplementedError(
+                "%s: second derivatives with dropout between layers (dropout=%g, %d layers) are "
+                "not supported yet: the forward's masks live in its reserve space. Use "
+                "dropout=0, or one layer per op" % (op.type, dropout, self.L))
+
+    def layer_input(self, layer):
+        return self.I if layer == 0 else self.D * self.Hr
+
+    def unpack(self, params):
+        """Per pseudo-layer (W [G*H, in] or None, R [G*H, Hr], P [P, H] or None, bW, bR [G*H])
+        (docs/cudnn_rnn.md §6.2)."""
+        GH, layers, offset = self.G * self.H, [], 0
+        for p in range(self.L * self.D):
+            layer = p // self.D
+            cols = 0 if (layer == 0 and self.skip) else self.layer_input(layer)
+            w = tf.reshape(params[offset:offset + GH * cols], [GH, cols]) if cols else None
+            offset += GH * cols
+            r = tf.reshape(params[offset:offset + GH * self.Hr], [GH, self.Hr])
+            offset += GH * self.Hr
+            proj = None
+            if self.P:
+                proj = tf.reshape(params[offset:offset + self.P * self.H], [self.P, self.H])
+                offset += self.P * self.H
+            layers.append([w, r, proj])
+        for p in range(self.L * self.D):
+            layers[p] += [params[offset:offset + GH], params[offset + GH:offset + 2 * GH]]
+            offset += 2 * GH
+        return layers
+
+    def step(self, weights, x, h, c):
+        """One cell step (docs/cudnn_rnn.md §4): (h_new, c_new)."""
+        w, r, proj, bias_w, bias_r = weights
+        ax = (tf.tile(x, [1, self.G]) if w is None else tf.matmul(x, w, transpose_b=True)) + bias_w
+        ah = tf.matmul(h, r, transpose_b=True) + bias_r
+        if self.mode in ("rnn_tanh", "rnn_relu"):
+            a = ax + ah
+            return (tf.tanh(a) if self.mode == "rnn_tanh" else tf.nn.relu(a)), c
+        if self.mode == "gru":
+            xr, xu, xn = tf.split(ax, 3, axis=1)
+            hr, hu, hn = tf.split(ah, 3, axis=1)
+            reset, update = tf.sigmoid(xr + hr), tf.sigmoid(xu + hu)
+            candidate = tf.tanh(xn + reset * hn)
+            return (1 - update) * candidate + update * h, c
+        i, f, g, o = tf.split(ax + ah, 4, axis=1)
+        c_new = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
+        m = tf.sigmoid(o) * tf.tanh(c_new)
+        return (tf.matmul(m, proj, transpose_b=True) if self.P else m), c_new
+
+    def forward(self, x, h0, c0, params, lengths):
+        """output, output_h, output_c in the op's layouts (output_c: c0 unchanged outside LSTM
+        mode, where the kernel ignores it). 16-bit types compute in float32, as the kernels
+        accumulate (docs/cudnn_rnn.md §8)."""
+        dtype = x.dtype
+        if dtype in (tf.float16, tf.bfloat16):
+            outputs = self.forward(*(tf.cast(t, tf.float32) for t in (x, h0, c0, params)),
+                                   lengths)
+            return tuple(tf.cast(t, dtype) for t in outputs)
+        if not self.time_major:
+            x = tf.transpose(x, [1, 0, 2])
+        steps, batch = tf.shape(x)[0], tf.shape(x)[1]
+        LD = self.L * self.D
+        lstm = self.mode == "lstm"
+        # Batch-major states are the time-major memory relabelled (docs/cudnn_rnn.md §3).
+        h0_tm = tf.reshape(h0, [LD, batch, self.Hr])
+        c0_tm = tf.reshape(c0, [LD, batch, self.H]) if lstm else tf.zeros([LD, batch, self.H],
+                                                                           x.dtype)
+        if lengths is None:
+            lengths = tf.fill([batch], steps)
+        valid = tf.expand_dims(tf.sequence_mask(lengths, steps, dtype=tf.bool), -1)  # [B, T, 1]
+        valid = tf.transpose(valid, [1, 0, 2])
+        layers = self.unpack(params)
+        final_h, final_c = [], []
+        inputs = x
+        for layer in range(self.L):
+            outputs = []
+            for d in range(self.D):
+                p = layer * self.D + d
+                weights = layers[p]
+
+                def cell(carry, elems, weights=weights):
+                    h, c, _ = carry
+                    x_t, valid_t = elems
+                    h_new, c_new = self.step(weights, x_t, h, c)
+                    return (tf.where(valid_t, h_new, h), tf.where(valid_t, c_new, c),
+                            tf.where(valid_t, h_new, tf.zeros_like(h_new)))
+
+                init = (h0_tm[p], c0_tm[p], tf.zeros_like(h0_tm[p]))
+                hs, cs, ys = tf.scan(cell, (inputs, valid), initializer=init, reverse=d == 1)
+                outputs.append(ys)
+                # the carry after the last processed step (t = T-1 forward, t = 0 backward;
+                # the initial state when T = 0)
+                if d == 0:
+                    final_h.append(tf.concat([init[0][None], hs], 0)[-1])
+                    final_c.append(tf.concat([init[1][None], cs], 0)[-1])
+                else:
+                    final_h.append(tf.concat([hs, init[0][None]], 0)[0])
+                    final_c.append(tf.concat([cs, init[1][None]], 0)[0])
+            inputs = tf.concat(outputs, axis=2) if self.D == 2 else outputs[0]
+        output_h = tf.reshape(tf.stack(final_h), tf.shape(h0))
+        output_c = tf.reshape(tf.stack(final_c), tf.shape(c0)) if lstm else c0
+        if not self.time_major:
+            inputs = tf.transpose(inputs, [1, 0, 2])
+        return inputs, output_h, output_c
+
+
+def _backprop_grad(op, grads, version):
+    model = _Model(op, version)
+    lengths = op.inputs[4] if version == 3 else None
+    shift = 1 if version == 3 else 0
+    theta = list(op.inputs[:4])  # input, input_h, input_c, params
+    v = list(op.inputs[7 + shift:10 + shift])  # output_backprop, output_h_ and output_c_
+    u = [tf.zeros_like(out) if g is None else g for g, out in zip(grads, op.outputs)]
+    if model.mode != "lstm":
+        # the kernel ignores input_c and output_c_backprop there (their gradients are zero)
+        theta_used, u_used = [theta[0], theta[1], theta[3]], [u[0], u[1], u[3]]
+    else:
+        theta_used, u_used = theta, u
+    with tf.GradientTape() as outer:
+        outer.watch(theta_used + v)
+        with tf.GradientTape() as inner:
+            inner.watch(theta_used)
+            outputs = model.forward(theta[0], theta[1], theta[2], theta[3], lengths)
+        used_outputs = outputs if model.mode == "lstm" else outputs[:2]
+        used_v = v if model.mode == "lstm" else v[:2]
+        vjp = inner.gradient(used_outputs, theta_used, output_gradients=used_v,
+                             unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        inner_product = tf.add_n([tf.reduce_sum(g * w) for g, w in zip(vjp, u_used)])
+    second = outer.gradient(inner_product, theta_used + v,
+                            unconnected_gradients=tf.UnconnectedGradients.ZERO)
+    theta_grads, v_grads = second[:len(theta_used)], second[len(theta_used):]
+    if model.mode != "lstm":
+        theta_grads = [theta_grads[0], theta_grads[1], tf.zeros_like(theta[2]), theta_grads[2]]
+        v_grads = [v_grads[0], v_grads[1], tf.zeros_like(v[2])]
+    result = list(theta_grads)
+    if version == 3:
+        result.append(None)  # sequence_lengths
+    result += [None, None, None]  # output, output_h, output_c: recomputed from theta
+    result += list(v_grads)
+    result.append(None)  # reserve_space
+    if version >= 2:
+        result.append(None)  # host_reserved
+    return result
+
+
+# Our namespaced ops, and TF's own names, whose CPU kernels are ours once the library is loaded
+# and for which TF registers no gradient.
+for _prefix in (OP_NAMESPACE, ""):
+    for _name, _version in (("CudnnRNNBackprop", 1), ("CudnnRNNBackpropV2", 2),
+                            ("CudnnRNNBackpropV3", 3)):
+        tf.RegisterGradient(_prefix + _name)(
+            lambda op, *grads, _version=_version: _backprop_grad(op, grads, _version))
