@@ -124,6 +124,18 @@ def test_argument_defaults_and_lists():
     assert args.repeats == bench.QUICK_REPEATS
 
 
+def test_hvp_contenders_run_only_when_asked_for():
+    from tf_lstm_ops.bench.contenders import HVP_CONTENDERS, contenders_for
+
+    default = {c.key for c in contenders_for("lstm", None)}
+    assert not any(key.endswith("_hvp") for key in default)
+    args = bench.parse_args(["--hvp"])
+    assert args.contenders == list(HVP_CONTENDERS) and args.baseline == "ours_cudnn_hvp"
+    assert {c.key for c in contenders_for("gru", args.contenders)} == set(HVP_CONTENDERS)
+    args = bench.parse_args(["--hvp", "--contenders", "keras_hvp", "--baseline", "keras_hvp"])
+    assert args.contenders == ["keras_hvp"] and args.baseline == "keras_hvp"
+
+
 def test_json_has_raw_numbers_and_expected_contenders(quick_run):
     report = quick_run[0]
     for key in ("config", "machine", "sgemm", "results", "speedups", "skipped", "notes",

@@ -4,8 +4,9 @@
     python -m tf_lstm_ops.bench --shape 50,32,128,256 --dtype bfloat16 --family lstm
     python -m tf_lstm_ops.bench --quick --json - --quiet      # a tiny run, JSON on stdout
     python -m tf_lstm_ops.bench --plot bench.png --memory     # bar chart; peak memory of fwd+bwd
+    python -m tf_lstm_ops.bench --hvp --memory                # Hessian-vector products
 
-For every case (family x dtype x shape (T, B, I, H)) each contender times up to three phases:
+For every case (family x dtype x shape (T, B, I, H)) each contender times some of these phases:
 
   fwd      the forward pass as a training step runs it (the ops keep what backward needs; torch
            records its autograd graph). keras layers: a plain layer call.
@@ -14,6 +15,9 @@ For every case (family x dtype x shape (T, B, I, H)) each contender times up to 
            retained graph.
   fwd+bwd  forward and backward in one tf.function (or one torch step), as a training step uses
            them; the tape rows take tf.GradientTape's gradient w.r.t. the inputs and weights.
+  hvp      (--hvp, or the *_hvp contenders by name) one Hessian-vector product w.r.t. the weights,
+           d/dw <d loss/dw, v>, by double backpropagation in one tf.function: CudnnRNNV3 and the
+           Keras layers, ours and Keras'. Counted as two fwd+bwd steps in GFLOP/s.
 
 Every TensorFlow callable is a tf.function with pre-made inputs; one element of every result is
 read back to the host (`.numpy()`), so each call has really finished. The first call of every

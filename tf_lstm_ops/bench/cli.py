@@ -15,6 +15,8 @@ from tf_lstm_ops.bench.contenders import (
     DEFAULT_BASELINE,
     DTYPES,
     FAMILIES,
+    HVP_CONTENDERS,
+    HVP_PHASE,
     Case,
     contenders_for,
 )
@@ -110,6 +112,7 @@ def build_parser():
                "  python -m tf_lstm_ops.bench --shape 50,32,128,256 --dtype bfloat16 --family lstm\n"
                "  python -m tf_lstm_ops.bench --quick --json - --quiet\n"
                "  python -m tf_lstm_ops.bench --plot bench.png --json bench.json --memory\n"
+               "  python -m tf_lstm_ops.bench --hvp --family lstm\n"
                "  python -m tf_lstm_ops.bench --torch-path /path/to/venv/lib/python3.X/site-packages"
                % ", ".join(CONTENDER_KEYS),
     )
@@ -124,7 +127,14 @@ def build_parser():
                         metavar="lstm|gru",
                         help="op families to run (repeatable or comma-separated; default both)")
     parser.add_argument("--contenders", type=_choices(CONTENDER_KEYS), metavar="KEY,...",
-                        help="run only these contenders (keys below; default all)")
+                        help="run only these contenders (keys below; default all but the *_hvp "
+                             "ones)")
+    parser.add_argument("--hvp", action="store_true",
+                        help="time one Hessian-vector product w.r.t. the weights (double "
+                             "backprop) through CudnnRNNV3 and the Keras layers, ours and "
+                             "Keras', beside one fwd+bwd step of ours (contenders %s unless "
+                             "--contenders is given; baseline ours_cudnn_hvp)"
+                             % ",".join(HVP_CONTENDERS))
     parser.add_argument("--baseline", metavar="KEY", choices=CONTENDER_KEYS,
                         help="contender the speedup column divides by (default ours_block for "
                              "lstm, ours_cudnn for gru; the default where KEY has no result)")
@@ -177,6 +187,11 @@ def parse_args(argv=None):
     if args.cooldown < 0:
         parser.error("--cooldown: expected a non-negative number of milliseconds, got %g"
                      % args.cooldown)
+    if args.hvp:
+        if args.contenders is None:
+            args.contenders = list(HVP_CONTENDERS)
+        if args.baseline is None:
+            args.baseline = "ours_cudnn_hvp"
     if args.contenders is not None:
         args.contenders = list(dict.fromkeys(args.contenders))
         if not any(contenders_for(f, args.contenders) for f in args.families):
@@ -227,11 +242,11 @@ def run(args):
             memory["%s %s %s" % (family, dtype, ",".join(map(str, shape)))] = values
             for row in results:
                 if ((row["family"], row["dtype"], tuple(row["shape"])) == (family, dtype, shape)
-                        and row["phase"] == "fwd+bwd"):
+                        and row["phase"] in ("fwd+bwd", HVP_PHASE)):
                     row["peak_mb"] = values.get(row["contender"])
-        notes.append("peak MB: resident memory a fwd+bwd step adds over its inputs and weights "
-                     "(VmHWM - VmRSS in a fresh process per case and contender, glibc returning "
-                     ">= 64 KiB blocks to the OS)")
+        notes.append("peak MB: resident memory a fwd+bwd step (an HVP in HVP rows) adds over its "
+                     "inputs and weights (VmHWM - VmRSS in a fresh process per case and "
+                     "contender, glibc returning >= 64 KiB blocks to the OS)")
     progress.close()
     try:
         load_end = list(os.getloadavg())

@@ -9,6 +9,7 @@ from tf_lstm_ops.bench._common import _first_line, _force, _function
 DTYPES = ("float32", "bfloat16", "half", "float64")
 FAMILIES = ("lstm", "gru")
 PHASES = ("fwd", "bwd", "fwd+bwd")
+HVP_PHASE = "hvp"  # one Hessian-vector product w.r.t. the weights (--hvp)
 GATES = {"lstm": 4, "gru": 3}
 
 
@@ -18,10 +19,12 @@ class Skip(Exception):
 
 
 class Contender:
-    def __init__(self, key, family, name, phases, build, ours=False, dtypes=DTYPES, needs=None):
+    def __init__(self, key, family, name, phases, build, ours=False, dtypes=DTYPES, needs=None,
+                 opt_in=False):
         self.key, self.family, self.name = key, family, name
         self.phases, self.build, self.ours = phases, build, ours
         self.dtypes, self.needs = dtypes, needs  # needs: "torch" or "ours_keras"
+        self.opt_in = opt_in  # runs only when named (--contenders, --hvp)
 
 
 class Case:
@@ -43,7 +46,8 @@ class Case:
         return 2 * self.G * self.B * self.H * (self.I + self.H) * self.T
 
     def flop(self, phase):
-        return {"fwd": 1, "bwd": 2, "fwd+bwd": 3}[phase] * self.fwd_flop
+        # an HVP is counted as two fwd+bwd steps (the step and its tangent)
+        return {"fwd": 1, "bwd": 2, "fwd+bwd": 3, HVP_PHASE: 6}[phase] * self.fwd_flop
 
     def array(self, name):
         """float32 NumPy inputs: x [T,B,I], dy [T,B,H], w [I+H, G*H], b [G*H], params (cuDNN)."""
@@ -302,6 +306,65 @@ def build_keras_fallback(case):
     return _keras_phases(layer, case, use_cudnn=False)
 
 
+def _hessian_vector_product(variables, loss_fn):
+    """{"hvp": callable}: d/dw <d loss/dw, v> for fixed random v, one tf.function (the
+    double backpropagation a curvature method or a gradient penalty runs)."""
+    import tensorflow as tf
+
+    vectors = [tf.random.stateless_normal(v.shape, seed=[7, k], dtype=v.dtype)
+               for k, v in enumerate(variables)]
+
+    @tf.function
+    def hvp():
+        with tf.GradientTape() as outer:
+            with tf.GradientTape() as inner:
+                loss = loss_fn()
+            grads = inner.gradient(loss, variables)
+            projection = tf.add_n([tf.reduce_sum(g * v) for g, v in zip(grads, vectors)])
+        return _force(outer.gradient(projection, variables))
+
+    return {HVP_PHASE: lambda: hvp().numpy()}
+
+
+def build_ours_cudnn_hvp(case):
+    import tensorflow as tf
+    import tf_lstm_ops
+
+    t = case.tensor
+    params = tf.Variable(t("params"))
+    dy = t("dy")
+
+    def loss():
+        out = tf_lstm_ops.raw.CudnnRNNV3(
+            input=t("x"), input_h=t("zeros_1bh"), input_c=t("zeros_1bh"), params=params,
+            sequence_lengths=t("lengths"), rnn_mode=case.family, time_major=True,
+            is_training=True)
+        return tf.reduce_sum(out.output * dy)
+
+    return _hessian_vector_product([params], loss)
+
+
+def _keras_hvp(layer_cls, case):
+    import tensorflow as tf
+
+    layer = layer_cls(case.H, return_sequences=True, dtype=keras_dtype(case.dtype),
+                      recurrent_initializer="glorot_uniform")
+    layer.build((case.B, case.T, case.I))
+    x, dy = case.tensor("x_bm"), case.tensor("dy_bm")
+    return _hessian_vector_product(list(layer.trainable_variables),
+                                   lambda: tf.reduce_sum(layer(x, training=True) * dy))
+
+
+def build_ours_keras_hvp(case):
+    return _keras_hvp(_ours_keras_layer(case), case)
+
+
+def build_keras_hvp(case):
+    import keras
+
+    return _keras_hvp(keras.layers.LSTM if case.family == "lstm" else keras.layers.GRU, case)
+
+
 def build_torch(case):
     torch = case.torch
     if torch is None:
@@ -357,6 +420,12 @@ CONTENDERS = (
     Contender("keras_fallback", "lstm", "keras.layers.LSTM(use_cudnn=False)", ("fwd", "fwd+bwd"),
               build_keras_fallback),
     Contender("torch", "lstm", "torch.nn.LSTM", PHASES, build_torch, needs="torch"),
+    Contender("ours_cudnn_hvp", "lstm", "ours CudnnRNNV3 HVP", (HVP_PHASE,),
+              build_ours_cudnn_hvp, ours=True, opt_in=True),
+    Contender("ours_keras_hvp", "lstm", "ours keras.LSTM HVP", (HVP_PHASE,),
+              build_ours_keras_hvp, ours=True, needs="ours_keras", opt_in=True),
+    Contender("keras_hvp", "lstm", "keras.layers.LSTM HVP", (HVP_PHASE,), build_keras_hvp,
+              opt_in=True),
     Contender("ours_cudnn", "gru", "ours CudnnRNNV3 gru", PHASES, build_ours_cudnn, ours=True),
     Contender("ours_keras", "gru", "ours keras.GRU", ("fwd", "fwd+bwd"), build_ours_keras,
               ours=True, needs="ours_keras"),
@@ -368,7 +437,15 @@ CONTENDERS = (
     Contender("keras_fallback", "gru", "keras.layers.GRU(use_cudnn=False)", ("fwd", "fwd+bwd"),
               build_keras_fallback),
     Contender("torch", "gru", "torch.nn.GRU", PHASES, build_torch, needs="torch"),
+    Contender("ours_cudnn_hvp", "gru", "ours CudnnRNNV3 gru HVP", (HVP_PHASE,),
+              build_ours_cudnn_hvp, ours=True, opt_in=True),
+    Contender("ours_keras_hvp", "gru", "ours keras.GRU HVP", (HVP_PHASE,),
+              build_ours_keras_hvp, ours=True, needs="ours_keras", opt_in=True),
+    Contender("keras_hvp", "gru", "keras.layers.GRU HVP", (HVP_PHASE,), build_keras_hvp,
+              opt_in=True),
 )
+# What --hvp runs: one fwd+bwd step of ours (the unit of the goal) and the HVPs.
+HVP_CONTENDERS = ("ours_cudnn", "ours_keras", "ours_cudnn_hvp", "ours_keras_hvp", "keras_hvp")
 DEFAULT_BASELINE = {"lstm": "ours_block", "gru": "ours_cudnn"}
 CONTENDER_KEYS = tuple(dict.fromkeys(c.key for c in CONTENDERS))
 UNSUPPORTED_NOTES = {"tf_block": "TF registers BlockLSTMV2/GradV2 CPU kernels for half and float32"
@@ -378,4 +455,6 @@ UNSUPPORTED_NOTES = {"tf_block": "TF registers BlockLSTMV2/GradV2 CPU kernels fo
 
 
 def contenders_for(family, keys):
-    return [c for c in CONTENDERS if c.family == family and (keys is None or c.key in keys)]
+    """The family's contenders named in keys; with keys None, all but the opt-in ones."""
+    return [c for c in CONTENDERS if c.family == family
+            and (c.key in keys if keys is not None else not c.opt_in)]

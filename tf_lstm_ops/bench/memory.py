@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from tf_lstm_ops.bench._common import _first_line
-from tf_lstm_ops.bench.contenders import Case, contenders_for
+from tf_lstm_ops.bench.contenders import HVP_PHASE, Case, contenders_for
 from tf_lstm_ops.bench.environment import import_torch, setup_threads
 
 # The --memory subprocess: TF's oneDNN builds allocate through a caching BFC allocator by default,
@@ -39,7 +39,7 @@ def memory_worker(spec):
         if not _measures_memory(contender, spec["dtype"]):
             continue
         try:
-            fn = contender.build(case)["fwd+bwd"]
+            fn = contender.build(case)[memory_phase(contender)]
             for _ in range(2):
                 fn()
             growth = []
@@ -58,8 +58,13 @@ def memory_worker(spec):
     print("MEMORY-RESULT " + json.dumps(out))
 
 
+def memory_phase(contender):
+    """The phase whose peak memory --memory reports: fwd+bwd, or the HVP of an HVP contender."""
+    return "fwd+bwd" if "fwd+bwd" in contender.phases else HVP_PHASE
+
+
 def _measures_memory(contender, dtype):
-    return "fwd+bwd" in contender.phases and dtype in contender.dtypes
+    return memory_phase(contender) in contender.phases and dtype in contender.dtypes
 
 
 def measure_memory(family, dtype, shape, args, progress):
@@ -71,7 +76,7 @@ def measure_memory(family, dtype, shape, args, progress):
     # worker imports this same copy of the package.
     package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-    progress.say("%s %s (%s): peak memory of fwd+bwd (a subprocess per contender) ..."
+    progress.say("%s %s (%s): peak memory of fwd+bwd or HVP (a subprocess per contender) ..."
                  % (family, dtype, ",".join(map(str, shape))))
     results, errors = {}, []
     for contender in contenders_for(family, args.contenders):

@@ -1,7 +1,7 @@
 """The text table a run prints: a header on the machine and the sgemm peak, a block of rows per
 case, and the notes (skipped contenders included)."""
 
-from tf_lstm_ops.bench.contenders import GATES
+from tf_lstm_ops.bench.contenders import GATES, HVP_PHASE
 
 
 def _fmt(value, spec, missing="-"):
@@ -28,7 +28,7 @@ def format_table(report):
     lines.append("tf.function call + read-back overhead: %.3f ms per sample (in every TF row)"
                  % m.get("tf_function_call_ms", float("nan")))
     lines.append("speedup = row median / baseline median, same phase (>1: the baseline, ours, is "
-                 "faster); GFLOP/s: GEMM FLOP only, bwd = 2x fwd")
+                 "faster); GFLOP/s: GEMM FLOP only, bwd = 2x fwd, hvp = 2x fwd+bwd")
     header = "%-30s %-7s %10s %10s %9s %7s %8s" % ("contender", "phase", "median ms", "min ms",
                                                    "GFLOP/s", "% peak", "speedup")
     if memory is not None:
@@ -61,7 +61,7 @@ def format_table(report):
                 _gflops(r["gflops"]), _pct(r["pct_peak"]) + "%",
                 _fmt(r["speedup"], ".2f") + ("x" if r["speedup"] is not None else ""))
             if memory is not None:
-                peak = r.get("peak_mb") if r["phase"] == "fwd+bwd" else None
+                peak = r.get("peak_mb") if r["phase"] in ("fwd+bwd", HVP_PHASE) else None
                 line += " %9s" % (_fmt(peak, ".1f") if not isinstance(peak, str) else "error")
             lines.append(line)
     notes = list(report["notes"]) + _skip_notes(report["skipped"])
