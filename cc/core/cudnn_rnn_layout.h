@@ -138,10 +138,17 @@ inline constexpr int CudnnGateOfKeras(RnnMode mode, int keras_gate) {
   return mode == RnnMode::kGru && keras_gate < 2 ? 1 - keras_gate : keras_gate;
 }
 
-// The blocks of one conversion; returns their number. bias_rows is 1 (b_R only) or 2 (b_W, b_R).
+// The one-layer, one-direction model without projection that Keras' weights describe.
+inline RnnModel KerasModel(RnnMode mode, int64_t input_size, int64_t num_units) {
+  return RnnModel{mode, 1, num_units, input_size, 0, 1, false};
+}
+
+// The blocks of one conversion; returns their number. bias_rows is 1 (b_R only) or 2 (b_W, b_R);
+// any other value gives no blocks (callers validate it first).
 inline int KerasBlocks(RnnMode mode, int64_t input_size, int64_t num_units, int bias_rows,
                        KerasBlock blocks[kMaxKerasBlocks]) {
-  const RnnModel m{mode, 1, num_units, input_size, 0, 1, false};
+  if (bias_rows != 1 && bias_rows != 2) return 0;
+  const RnnModel m = KerasModel(mode, input_size, num_units);
   const PseudoLayerRegions reg = RegionsOf(m, 0);
   const int64_t H = num_units, G = m.gate_width();
   int n = 0;

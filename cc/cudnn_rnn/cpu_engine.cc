@@ -737,7 +737,7 @@ void KerasToParams(const CPUDevice& device, RnnMode mode, int64_t input_size, in
   const T* const keras[3] = {kernel, recurrent_kernel, bias};
   CopyKerasBlocks<true, T>(device, mode, input_size, num_units, bias_rows, keras, params);
   if (bias_rows == 1) {
-    const RnnModel m{mode, 1, num_units, input_size, 0, 1, false};
+    const RnnModel m = KerasModel(mode, input_size, num_units);
     T* bias_w = params + RegionsOf(m, 0).bias_w;
     std::fill(bias_w, bias_w + m.gate_width(), T(0));
   }
@@ -759,7 +759,7 @@ void ParamsToKeras(const CPUDevice& device, RnnMode mode, int64_t input_size, in
   template size_t RnnBackwardScratchBytes<T>(const CPUDevice&, const RnnModel&, const RnnRun&); \
   template bool RnnBackward<T>(const CPUDevice&, const RnnModel&, const RnnRun&, const T*,      \
                                const T*, const T*, const T*, const T*, const T*, const T*,      \
-                               const uint8_t*, T*, T*, T*, T*, void*, size_t);     \
+                               const uint8_t*, T*, T*, T*, T*, void*, size_t);                  \
   template void KerasToParams<T>(const CPUDevice&, RnnMode, int64_t, int64_t, int, const T*,    \
                                  const T*, const T*, T*);                                       \
   template void ParamsToKeras<T>(const CPUDevice&, RnnMode, int64_t, int64_t, int, const T*, T*, \

@@ -53,8 +53,8 @@ cudaError_t KerasToParams(cudaStream_t stream, RnnMode mode, int64_t input_size,
                           int64_t num_units, int bias_rows, const T* kernel,
                           const T* recurrent_kernel, const T* bias, T* params) {
   const T* const keras[3] = {kernel, recurrent_kernel, bias};
-  return CopyKerasBlocks<true, CudaBackend, T>(CudaBackend(stream), mode, input_size, num_units, bias_rows,
-                               keras, params);
+  return CopyKerasBlocks<true, CudaBackend, T>(CudaBackend(stream), mode, input_size,
+                                               num_units, bias_rows, keras, params);
 }
 
 template <typename T>
@@ -62,8 +62,8 @@ cudaError_t ParamsToKeras(cudaStream_t stream, RnnMode mode, int64_t input_size,
                           int64_t num_units, int bias_rows, const T* params, T* kernel,
                           T* recurrent_kernel, T* bias) {
   T* const keras[3] = {kernel, recurrent_kernel, bias};
-  return CopyKerasBlocks<false, CudaBackend, T>(CudaBackend(stream), mode, input_size, num_units, bias_rows,
-                                keras, params);
+  return CopyKerasBlocks<false, CudaBackend, T>(CudaBackend(stream), mode, input_size,
+                                                num_units, bias_rows, keras, params);
 }
 
 #define TF_LSTM_INSTANTIATE_RNN_GPU(T)                                                          \
@@ -76,7 +76,7 @@ cudaError_t ParamsToKeras(cudaStream_t stream, RnnMode mode, int64_t input_size,
   template cudaError_t RnnBackward<T>(cudaStream_t, const RnnModel&, const RnnRun&,             \
                                       const RnnReserveHeader&, const T*, const T*, const T*,    \
                                       const T*, const T*, const T*, const T*, const uint8_t*,   \
-                                      T*, T*, T*, T*, void*);             \
+                                      T*, T*, T*, T*, void*);                                   \
   template cudaError_t KerasToParams<T>(cudaStream_t, RnnMode, int64_t, int64_t, int, const T*, \
                                         const T*, const T*, T*);                                \
   template cudaError_t ParamsToKeras<T>(cudaStream_t, RnnMode, int64_t, int64_t, int, const T*, \

@@ -1196,7 +1196,7 @@ cudaError_t CopyKerasBlocks(const Backend& be, RnnMode mode, int64_t input_size,
   }
   if constexpr (kToParams) {
     if (bias_rows == 1) {
-      const RnnModel m{mode, 1, num_units, input_size, 0, 1, false};
+      const RnnModel m = KerasModel(mode, input_size, num_units);
       return Fill(be, params + RegionsOf(m, 0).bias_w, m.gate_width(), Cast<T>(0.0f));
     }
   }

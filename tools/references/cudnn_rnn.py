@@ -183,7 +183,8 @@ def keras_canonical(rnn_mode, kernel, recurrent_kernel, bias):
     one pseudo-layer's canonical (weights, biases). Keras' GRU gates z, r, h are cuDNN's u, r, h:
     the first two swap; every other mode keeps its order (LSTM i, f, c, o)."""
     H = recurrent_kernel.shape[0]
-    order = (1, 0, 2) if rnn_mode == "gru" else tuple(range(GATES[rnn_mode]))  # cuDNN g: Keras' order[g]
+    # cuDNN gate g is Keras' gate order[g]
+    order = (1, 0, 2) if rnn_mode == "gru" else tuple(range(GATES[rnn_mode]))
     bias_w, bias_r = (np.zeros_like(bias), bias) if bias.ndim == 1 else (bias[0], bias[1])
     W = [kernel[:, k * H:(k + 1) * H].T for k in order]
     R = [recurrent_kernel[:, k * H:(k + 1) * H].T for k in order]

@@ -647,9 +647,14 @@ class KerasToCudnnParamsOp : public OpKernel {
     } else {
       OP_REQUIRES_OK(ctx, CheckShape(bias, "bias", {{2, "2"}, {width, "gates * num_units"}}));
     }
-    const RnnModel m{mode_, 1, H, I, 0, 1, false};
+    // Fits whenever the tensors exist; checked like every size (and like the way back).
+    const int64_t size = CheckedParamsSize(KerasModel(mode_, I, H));
+    OP_REQUIRES(ctx, size >= 0,
+                absl::InvalidArgumentError(absl::StrCat(
+                    "the params size of input_size ", I, " and num_units ", H,
+                    " overflows int64")));
     Tensor* params;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({CheckedParamsSize(m)}), &params));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({size}), &params));
     OP_REQUIRES_OK(ctx, KerasParams<Device, T>().ToParams(
                             ctx, mode_, I, H, bias_rows, kernel.flat<T>().data(),
                             recurrent_kernel.flat<T>().data(), bias.flat<T>().data(),
@@ -673,8 +678,7 @@ class CudnnParamsToKerasOp : public OpKernel {
     OP_REQUIRES(ctx, bias_rows_ == 1 || bias_rows_ == 2,
                 absl::InvalidArgumentError(
                     absl::StrCat("bias_rows must be 1 or 2 but is ", bias_rows_)));
-    const RnnModel m{mode_, 1, num_units_, input_size_, 0, 1, false};
-    params_size_ = CheckedParamsSize(m);
+    params_size_ = CheckedParamsSize(KerasModel(mode_, input_size_, num_units_));
     OP_REQUIRES(ctx, params_size_ >= 0,
                 absl::InvalidArgumentError(absl::StrCat(
                     "the params size of input_size ", input_size_, " and num_units ",

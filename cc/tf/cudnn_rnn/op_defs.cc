@@ -294,7 +294,7 @@ REGISTER_OP("TfLstm>KerasToCudnnParams")
       if (I >= 0 && H >= 0) {
         std::string mode;
         TF_RETURN_IF_ERROR(c->GetAttr("rnn_mode", &mode));
-        size = CheckedParamsSize(RnnModel{RnnModeNamed(mode), 1, H, I, 0, 1, false});
+        size = CheckedParamsSize(KerasModel(RnnModeNamed(mode), I, H));
         if (size < 0) {
           return absl::InvalidArgumentError(absl::StrCat(
               "the params size of input_size ", I, " and num_units ", H, " overflows int64"));
@@ -329,7 +329,7 @@ REGISTER_OP("TfLstm>CudnnParamsToKeras")
             absl::StrCat("bias_rows must be 1 or 2 but is ", bias_rows));
       }
       const RnnMode m = RnnModeNamed(mode);
-      const int64_t size = CheckedParamsSize(RnnModel{m, 1, H, I, 0, 1, false});
+      const int64_t size = CheckedParamsSize(KerasModel(m, I, H));
       if (size < 0) {
         return absl::InvalidArgumentError(absl::StrCat(
             "the params size of input_size ", I, " and num_units ", H, " overflows int64"));
