@@ -401,7 +401,7 @@ def check_keras_params(module, alloc, mode, input_size, num_units, bias_rows, dt
     of the reference (docs/cudnn_rnn.md §6.5); with one bias row, b_W is written as zero."""
     G = R.GATES[mode]
     I, H = input_size, num_units
-    keras = [R.round_to(rng.standard_normal(shape), dtype) for shape in
+    keras = [storage.round_to(rng.standard_normal(shape), dtype) for shape in
              ((I, G * H), (H, G * H), (G * H,) if bias_rows == 1 else (2, G * H))]
     cfg = R.Cfg(mode, 1, H, I)
     expected = R.canonical_to_params(cfg, *R.keras_canonical(mode, *keras))
