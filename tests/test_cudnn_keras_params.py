@@ -99,8 +99,9 @@ def test_each_conversion_is_the_others_gradient(rng, mode, bias_rows):
 
 
 def test_second_order_gradients_through_the_conversion(rng):
-    # d/dk of (d/dk <p(k) * p(k), w>) = 2 diag-like map: the gradient of the gradient is what a
-    # Hessian-vector product through the Keras layers asks of the conversion.
+    # The gradient of the gradient, what a Hessian-vector product through the Keras layers asks
+    # of the conversion: loss = sum(p * p * w) over params p, so the first gradient w.r.t. each
+    # Keras element is 2 p w at its params position and `total`'s gradient is 2 w there.
     kernel, recurrent_kernel, bias = (tf.Variable(w) for w in keras_weights(rng, "gru", 3, 2, 2))
     weights = tf.constant(rng.standard_normal(R.params_size("gru", 1, 2, 3)))
     with tf.GradientTape() as outer:
@@ -110,8 +111,6 @@ def test_second_order_gradients_through_the_conversion(rng):
         grads = inner.gradient(loss, [kernel, recurrent_kernel, bias])
         total = sum(tf.reduce_sum(g) for g in grads)
     second = outer.gradient(total, [kernel, recurrent_kernel, bias])
-    # total = sum over params elements of 2 * p * w (each p is one Keras element), so its
-    # gradient w.r.t. each Keras element is 2 * w at that element's params position.
     back = to_keras(2 * weights, "gru", 3, 2, 2)
     for got, want in zip(second, back):
         np.testing.assert_allclose(got, want, rtol=1e-12)

@@ -148,6 +148,19 @@ def test_jvps_through_the_forward_op_match_finite_differences(rng):
 LAYERS = ["LSTM", "GRU", "SimpleRNN"]
 
 
+@pytest.fixture
+def no_fallback(caplog):
+    """Fails the test if one of our layers logged a fallback to Keras' loop (a warning): the
+    comparisons with keras.layers below must run our ops, not Keras' own code twice."""
+    with caplog.at_level("WARNING", logger="tf_lstm_ops"):
+        yield
+    assert not [r.getMessage() for r in caplog.records if r.name == "tf_lstm_ops"]
+
+
+def op_types(function, *args):
+    return {op.type for op in function.get_concrete_function(*args).graph.get_operations()}
+
+
 def layer_pair(rng, name, **kwargs):
     ours = getattr(tlk, name)(3, return_sequences=True, dtype="float64", **kwargs)
     theirs = getattr(keras.layers, name)(3, return_sequences=True, dtype="float64", **kwargs)
@@ -159,7 +172,7 @@ def layer_pair(rng, name, **kwargs):
 
 
 @pytest.mark.parametrize("name", LAYERS)
-def test_hessian_vector_products_through_the_layers_equal_keras(rng, name):
+def test_hessian_vector_products_through_the_layers_equal_keras(rng, name, no_fallback):
     ours, theirs, x = layer_pair(rng, name)
     vectors = [tf.constant(rng.standard_normal(w.shape)) for w in ours.trainable_variables]
 
@@ -172,14 +185,18 @@ def test_hessian_vector_products_through_the_layers_equal_keras(rng, name):
                 grads = inner.gradient(loss, layer.trainable_variables)
                 projection = tf.add_n([tf.reduce_sum(g * v) for g, v in zip(grads, vectors)])
             return outer.gradient(projection, layer.trainable_variables)
-        return run(x)
+        return run
 
-    for a, b in zip(hvp(ours), hvp(theirs)):
+    ours_hvp = hvp(ours)
+    # the fused op, its Backprop op and the weight conversion (and its adjoint) all ran
+    assert {"TfLstm>CudnnRNNV3", "TfLstm>CudnnRNNBackpropV3", "TfLstm>KerasToCudnnParams",
+            "TfLstm>CudnnParamsToKeras"} <= op_types(ours_hvp, x)
+    for a, b in zip(ours_hvp(x), hvp(theirs)(x)):
         np.testing.assert_allclose(a, b, atol=1e-12)
 
 
 @pytest.mark.parametrize("name", LAYERS)
-def test_a_gradient_penalty_through_the_layers_equals_keras(rng, name):
+def test_a_gradient_penalty_through_the_layers_equals_keras(rng, name, no_fallback):
     ours, theirs, x = layer_pair(rng, name)
     mask = tf.constant([[True] * 4, [True, True, False, False]])
 
@@ -199,7 +216,7 @@ def test_a_gradient_penalty_through_the_layers_equals_keras(rng, name):
 
 
 @pytest.mark.parametrize("name", LAYERS)
-def test_forward_mode_through_the_layers_equals_keras(rng, name):
+def test_forward_mode_through_the_layers_equals_keras(rng, name, no_fallback):
     ours, theirs, x = layer_pair(rng, name)
     tangent = tf.constant(rng.standard_normal(x.shape))
 
@@ -357,7 +374,7 @@ def test_lstm_block_cell_grad_has_a_gradient(rng, use_peephole):
         np.testing.assert_allclose(a, n, atol=1e-8, err_msg=name)
 
 
-def test_lstm_block_cell_hvp_and_jvp(rng):
+def test_lstm_block_cell_jvp_matches_finite_differences(rng):
     values = block_inputs(rng, T=1)
     values["x"] = values["x"][0]
     theta = [values[k] for k in BLOCK_INPUTS]

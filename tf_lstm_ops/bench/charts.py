@@ -38,7 +38,7 @@ def plot(report, path):
                 x = j + (k - 1.5) * width
                 ax.bar(x, row["median_ms"], width, color=colors[phase],
                        hatch="//" if row["ours"] else None, edgecolor="white")
-                if phase == "fwd+bwd" and row["speedup"] is not None:
+                if phase in ("fwd+bwd", HVP_PHASE) and row["speedup"] is not None:
                     ax.annotate("%.2gx" % row["speedup"], (x, row["median_ms"]),
                                 ha="center", va="bottom", fontsize=7, rotation=90,
                                 xytext=(0, 2), textcoords="offset points")
@@ -55,7 +55,7 @@ def plot(report, path):
         ax.grid(axis="y", alpha=0.3, which="both")
     for ax in list(axes.flat)[len(cases):]:
         ax.axis("off")
-    fig.suptitle("tf_lstm_ops bench (hatched: ours; labels: fwd+bwd ms / baseline ms)",
+    fig.suptitle("tf_lstm_ops bench (hatched: ours; labels: fwd+bwd or hvp ms / baseline ms)",
                  fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
