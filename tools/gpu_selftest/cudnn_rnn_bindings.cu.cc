@@ -305,7 +305,7 @@ void RegisterRnn(py::module_& mod) {
         if (mode != "lstm" && mode != "gru" && mode != "rnn_relu" && mode != "rnn_tanh") {
           throw py::value_error("mode must be lstm, gru, rnn_relu or rnn_tanh, not " + mode);
         }
-        const RnnModel m{RnnModeNamed(mode), 1, num_units, input_size, 0, 1, false};
+        const RnnModel m = KerasModel(RnnModeNamed(mode), input_size, num_units);
         if (input_size < 0 || num_units < 0 || (bias_rows != 1 && bias_rows != 2) ||
             CheckedParamsSize(m) < 0) {
           throw py::value_error("invalid Keras weight sizes");
