@@ -14,6 +14,7 @@ Every order works. It is a composite (a loop of small ops), not a fused sweep.
 
 import tensorflow as tf
 
+from tf_lstm_ops._gradients._common import in_compute_type, string_attr
 from tf_lstm_ops._loader import OP_NAMESPACE
 
 _ACTIVATIONS = ("i", "cs", "f", "o", "ci", "co", "h")
@@ -118,15 +119,6 @@ def _first(carries, like):
     return tf.concat([carries, tf.zeros_like(like)[None]], 0)[0]
 
 
-def _in_compute_type(fn, tensors):
-    """fn on float32 copies of 16-bit tensors (the kernels' compute type), results cast back."""
-    dtype = next(t.dtype for t in tensors if t.dtype.is_floating)
-    if dtype not in (tf.float16, tf.bfloat16):
-        return fn(tensors)
-    wide = [tf.cast(t, tf.float32) if t.dtype == dtype else t for t in tensors]
-    return [tf.cast(t, dtype) for t in fn(wide)]
-
-
 def _grad_of(op, grads, composite):
     """The gradient of op = composite(op.inputs) w.r.t. every floating input."""
     inputs = list(op.inputs)
@@ -134,7 +126,7 @@ def _grad_of(op, grads, composite):
     upstream = [tf.zeros_like(out) if g is None else g for g, out in zip(grads, op.outputs)]
     with tf.GradientTape() as tape:
         tape.watch([inputs[k] for k in floating])
-        outputs = _in_compute_type(composite, inputs)
+        outputs = in_compute_type(composite, inputs)
     result = tape.gradient(outputs, [inputs[k] for k in floating], output_gradients=upstream,
                            unconnected_gradients=tf.UnconnectedGradients.ZERO)
     full = [None] * len(inputs)
@@ -175,6 +167,4 @@ def _block_lstm_grad_v2_grad(op, *grads):
 
 @tf.RegisterGradient(OP_NAMESPACE + "BlockLSTMFullGrad")
 def _block_lstm_full_grad_grad(op, *grads):
-    layout = op.get_attr("gate_layout")
-    return _sequence_grad_grad(op, grads, layout.decode() if isinstance(layout, bytes) else layout,
-                               full=True)
+    return _sequence_grad_grad(op, grads, string_attr(op, "gate_layout"), full=True)

@@ -16,14 +16,10 @@ composite recomputes them from θ, so the total derivative is already in θ's gr
 
 import tensorflow as tf
 
+from tf_lstm_ops._gradients._common import in_compute_type, string_attr
 from tf_lstm_ops._loader import OP_NAMESPACE
 
 _GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
-
-
-def _string_attr(op, name):
-    value = op.get_attr(name)
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def _static_dim(op, tensor, axis, name):
@@ -39,9 +35,9 @@ class _Model:
     kernel resolves them, docs/cudnn_rnn.md §3)."""
 
     def __init__(self, op, version):
-        self.mode = _string_attr(op, "rnn_mode")
+        self.mode = string_attr(op, "rnn_mode")
         self.G = _GATES[self.mode]
-        self.D = 2 if _string_attr(op, "direction") == "bidirectional" else 1
+        self.D = 2 if string_attr(op, "direction") == "bidirectional" else 1
         self.time_major = op.get_attr("time_major") if version == 3 else True
         x, h0, c0 = op.inputs[0], op.inputs[1], op.inputs[2]
         self.I = _static_dim(op, x, 2, "input")
@@ -51,7 +47,7 @@ class _Model:
         self.H = _static_dim(op, c0, 2, "input_c") if self.mode == "lstm" else self.Hr
         num_proj = op.get_attr("num_proj") if version == 3 else 0
         self.P = num_proj if 0 < num_proj < self.H else 0  # == H: none, as the kernels read it
-        input_mode = _string_attr(op, "input_mode")
+        input_mode = string_attr(op, "input_mode")
         self.skip = input_mode == "skip_input" or (input_mode == "auto_select"
                                                     and self.I == self.H)
         dropout = op.get_attr("dropout")
@@ -108,11 +104,9 @@ class _Model:
         """output, output_h, output_c in the op's layouts (output_c: c0 unchanged outside LSTM
         mode, where the kernel ignores it). 16-bit types compute in float32, as the kernels
         accumulate (docs/cudnn_rnn.md §8)."""
-        dtype = x.dtype
-        if dtype in (tf.float16, tf.bfloat16):
-            outputs = self.forward(*(tf.cast(t, tf.float32) for t in (x, h0, c0, params)),
-                                   lengths)
-            return tuple(tf.cast(t, dtype) for t in outputs)
+        return in_compute_type(lambda t: self._forward(*t, lengths), [x, h0, c0, params])
+
+    def _forward(self, x, h0, c0, params, lengths):
         if not self.time_major:
             x = tf.transpose(x, [1, 0, 2])
         steps, batch = tf.shape(x)[0], tf.shape(x)[1]
