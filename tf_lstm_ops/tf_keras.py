@@ -61,7 +61,12 @@ class _FusedCall:
         return tf.cast(tf.convert_to_tensor(variable), dtype)
 
     def _dropped_out(self, x, training):
-        raise NotImplementedError
+        # tf_keras' cuDNN-compatible path for LSTM and GRU: one mask over the whole [B, T, I]
+        # input, the first of the per-gate masks it draws (SimpleRNN overrides this).
+        self.reset_dropout_mask()
+        gates = {"lstm": 4, "gru": 3}[self._rnn_mode]
+        mask = self.get_dropout_mask_for_cell(x, training, count=gates)
+        return x if mask is None else x * mask[0]
 
     def call(self, inputs, mask=None, training=None, initial_state=None, **kwargs):
         def keras_call():
@@ -150,12 +155,6 @@ class LSTM(_FusedCall, tf_keras.layers.LSTM):
     def _static_fallback_reason(self):
         return _gpu_kernel_reason(self)
 
-    def _dropped_out(self, x, training):
-        # tf_keras' cuDNN-compatible path: one mask over the whole [B, T, I] input.
-        self.reset_dropout_mask()
-        mask = self.get_dropout_mask_for_cell(x, training, count=4)
-        return x if mask is None else x * mask[0]
-
 
 @_register
 class GRU(_FusedCall, tf_keras.layers.GRU):
@@ -170,11 +169,6 @@ class GRU(_FusedCall, tf_keras.layers.GRU):
             return ("reset_after=False (the kernel is cuDNN's GRU, which resets after the "
                     "recurrent matmul)")
         return _gpu_kernel_reason(self)
-
-    def _dropped_out(self, x, training):
-        self.reset_dropout_mask()
-        mask = self.get_dropout_mask_for_cell(x, training, count=3)
-        return x if mask is None else x * mask[0]
 
 
 @_register

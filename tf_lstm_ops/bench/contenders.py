@@ -399,6 +399,20 @@ def build_torch(case):
 
 
 HALF_FLOAT = ("half", "float32")
+
+
+def _hvp_contenders(family, op_name, layer_name):
+    """The --hvp contenders of a family: through CudnnRNNV3, our layer and Keras' layer."""
+    return (
+        Contender("ours_cudnn_hvp", family, op_name + " HVP", (HVP_PHASE,), build_ours_cudnn_hvp,
+                  ours=True, opt_in=True),
+        Contender("ours_keras_hvp", family, "ours keras.%s HVP" % layer_name, (HVP_PHASE,),
+                  build_ours_keras_hvp, ours=True, needs="ours_keras", opt_in=True),
+        Contender("keras_hvp", family, "keras.layers.%s HVP" % layer_name, (HVP_PHASE,),
+                  build_keras_hvp, opt_in=True),
+    )
+
+
 CONTENDERS = (
     Contender("ours_block", "lstm", "ours BlockLSTMV2", PHASES, build_ours_block, ours=True),
     Contender("ours_tape", "lstm", "ours BlockLSTMV2 (tape)", ("fwd+bwd",), build_ours_tape,
@@ -420,12 +434,7 @@ CONTENDERS = (
     Contender("keras_fallback", "lstm", "keras.layers.LSTM(use_cudnn=False)", ("fwd", "fwd+bwd"),
               build_keras_fallback),
     Contender("torch", "lstm", "torch.nn.LSTM", PHASES, build_torch, needs="torch"),
-    Contender("ours_cudnn_hvp", "lstm", "ours CudnnRNNV3 HVP", (HVP_PHASE,),
-              build_ours_cudnn_hvp, ours=True, opt_in=True),
-    Contender("ours_keras_hvp", "lstm", "ours keras.LSTM HVP", (HVP_PHASE,),
-              build_ours_keras_hvp, ours=True, needs="ours_keras", opt_in=True),
-    Contender("keras_hvp", "lstm", "keras.layers.LSTM HVP", (HVP_PHASE,), build_keras_hvp,
-              opt_in=True),
+    *_hvp_contenders("lstm", "ours CudnnRNNV3", "LSTM"),
     Contender("ours_cudnn", "gru", "ours CudnnRNNV3 gru", PHASES, build_ours_cudnn, ours=True),
     Contender("ours_keras", "gru", "ours keras.GRU", ("fwd", "fwd+bwd"), build_ours_keras,
               ours=True, needs="ours_keras"),
@@ -437,12 +446,7 @@ CONTENDERS = (
     Contender("keras_fallback", "gru", "keras.layers.GRU(use_cudnn=False)", ("fwd", "fwd+bwd"),
               build_keras_fallback),
     Contender("torch", "gru", "torch.nn.GRU", PHASES, build_torch, needs="torch"),
-    Contender("ours_cudnn_hvp", "gru", "ours CudnnRNNV3 gru HVP", (HVP_PHASE,),
-              build_ours_cudnn_hvp, ours=True, opt_in=True),
-    Contender("ours_keras_hvp", "gru", "ours keras.GRU HVP", (HVP_PHASE,),
-              build_ours_keras_hvp, ours=True, needs="ours_keras", opt_in=True),
-    Contender("keras_hvp", "gru", "keras.layers.GRU HVP", (HVP_PHASE,), build_keras_hvp,
-              opt_in=True),
+    *_hvp_contenders("gru", "ours CudnnRNNV3 gru", "GRU"),
 )
 # What --hvp runs: one fwd+bwd step of ours (the unit of the goal) and the HVPs.
 HVP_CONTENDERS = ("ours_cudnn", "ours_keras", "ours_cudnn_hvp", "ours_keras_hvp", "keras_hvp")

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cc/tf/cudnn_rnn/functor.h"
+#include "cc/tf/cudnn_rnn/validation.h"
 #include "cc/core/cudnn_rnn_layout.h"
 #include "cc/tf/device.h"
 #include "cc/core/precision.h"
@@ -615,13 +616,18 @@ class CudnnRNNCanonicalToParamsOp : public CanonicalParamsOpBase {
 // KerasToCudnnParams and CudnnParamsToKeras (docs/cudnn_rnn.md §6.5): the Keras layers' weights
 // and the params buffer of the one-layer, one-direction model they describe; each op is the
 // other's gradient. bias has one row (b_R; b_W = 0) or two (b_W, b_R).
+absl::Status ReadRnnMode(OpKernelConstruction* ctx, RnnMode* mode) {
+  std::string name;
+  TF_RETURN_IF_ERROR(ctx->GetAttr("rnn_mode", &name));
+  *mode = RnnModeNamed(name);
+  return absl::OkStatus();
+}
+
 template <typename Device, typename T>
 class KerasToCudnnParamsOp : public OpKernel {
  public:
   explicit KerasToCudnnParamsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    std::string mode;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("rnn_mode", &mode));
-    mode_ = RnnModeNamed(mode);
+    OP_REQUIRES_OK(ctx, ReadRnnMode(ctx, &mode_));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -648,11 +654,8 @@ class KerasToCudnnParamsOp : public OpKernel {
       OP_REQUIRES_OK(ctx, CheckShape(bias, "bias", {{2, "2"}, {width, "gates * num_units"}}));
     }
     // Fits whenever the tensors exist; checked like every size (and like the way back).
-    const int64_t size = CheckedParamsSize(KerasModel(mode_, I, H));
-    OP_REQUIRES(ctx, size >= 0,
-                absl::InvalidArgumentError(absl::StrCat(
-                    "the params size of input_size ", I, " and num_units ", H,
-                    " overflows int64")));
+    int64_t size;
+    OP_REQUIRES_OK(ctx, KerasParamsSize(mode_, I, H, &size));
     Tensor* params;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({size}), &params));
     OP_REQUIRES_OK(ctx, KerasParams<Device, T>().ToParams(
@@ -669,20 +672,14 @@ template <typename Device, typename T>
 class CudnnParamsToKerasOp : public OpKernel {
  public:
   explicit CudnnParamsToKerasOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    std::string mode;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("rnn_mode", &mode));
-    mode_ = RnnModeNamed(mode);
+    OP_REQUIRES_OK(ctx, ReadRnnMode(ctx, &mode_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("input_size", &input_size_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("num_units", &num_units_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("bias_rows", &bias_rows_));
     OP_REQUIRES(ctx, bias_rows_ == 1 || bias_rows_ == 2,
                 absl::InvalidArgumentError(
                     absl::StrCat("bias_rows must be 1 or 2 but is ", bias_rows_)));
-    params_size_ = CheckedParamsSize(KerasModel(mode_, input_size_, num_units_));
-    OP_REQUIRES(ctx, params_size_ >= 0,
-                absl::InvalidArgumentError(absl::StrCat(
-                    "the params size of input_size ", input_size_, " and num_units ",
-                    num_units_, " overflows int64")));
+    OP_REQUIRES_OK(ctx, KerasParamsSize(mode_, input_size_, num_units_, &params_size_));
   }
 
   void Compute(OpKernelContext* ctx) override {

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cc/core/cudnn_rnn_layout.h"
+#include "cc/tf/cudnn_rnn/validation.h"
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -294,11 +295,7 @@ REGISTER_OP("TfLstm>KerasToCudnnParams")
       if (I >= 0 && H >= 0) {
         std::string mode;
         TF_RETURN_IF_ERROR(c->GetAttr("rnn_mode", &mode));
-        size = CheckedParamsSize(KerasModel(RnnModeNamed(mode), I, H));
-        if (size < 0) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "the params size of input_size ", I, " and num_units ", H, " overflows int64"));
-        }
+        TF_RETURN_IF_ERROR(KerasParamsSize(RnnModeNamed(mode), I, H, &size));
       }
       c->set_output(0, c->Vector(size));
       return absl::OkStatus();
@@ -329,11 +326,8 @@ REGISTER_OP("TfLstm>CudnnParamsToKeras")
             absl::StrCat("bias_rows must be 1 or 2 but is ", bias_rows));
       }
       const RnnMode m = RnnModeNamed(mode);
-      const int64_t size = CheckedParamsSize(KerasModel(m, I, H));
-      if (size < 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "the params size of input_size ", I, " and num_units ", H, " overflows int64"));
-      }
+      int64_t size;
+      TF_RETURN_IF_ERROR(KerasParamsSize(m, I, H, &size));
       DimensionHandle unused;
       TF_RETURN_IF_ERROR(c->WithValue(c->Dim(params, 0), size, &unused));
       const int64_t width = GatesOf(m) * H;
