@@ -1,7 +1,11 @@
-"""Second derivatives and JVPs through the CudnnRNN family (the gradients of the Backprop ops,
-tf_lstm_ops/_gradients/cudnn_rnn_composite.py), in float64: against finite differences of our
-own first derivatives (the kernels'), of the forward op, and against keras.layers, whose loop is
-differentiable twice."""
+"""Second derivatives and JVPs through both families, in float64: the CudnnRNN family (the
+gradients of the Backprop ops, tf_lstm_ops/_gradients/cudnn_rnn_composite.py) against finite
+differences of our own first derivatives (the kernels'), of the forward op, and against
+keras.layers, whose loop is differentiable twice; the LSTM block family (its gradient ops'
+gradients: the fused BlockLSTMFullGradGrad on the CPU, the composite elsewhere,
+tf_lstm_ops/_gradients/block_lstm_composite.py) against finite differences and the composite."""
+
+import re
 
 import keras
 import numpy as np
@@ -403,3 +407,150 @@ def test_block_lstm_sixteen_bit_second_derivatives_run(rng):
         penalty = tf.reduce_sum(inner.gradient(loss, values["w"]) ** 2)
     second = outer.gradient(penalty, values["w"])
     assert second.dtype == tf.float16 and np.all(np.isfinite(second.numpy()))
+
+
+# The fused gradient of the backward (BlockLSTMFullGradGrad, docs/block_lstm.md §7.2): on the
+# CPU the block family's second derivatives run it instead of the composite.
+
+FULL_GRAD_INPUTS = BLOCK_INPUTS + ("i", "cs", "f", "o", "ci", "co", "h") + tuple(
+    k + "_grad" for k in ("i", "cs", "f", "o", "ci", "co", "h"))
+
+
+def full_grad_grad_args(rng, layout, use_peephole, T=4, B=3, I=3, H=5, zero=()):
+    """Every input of BlockLSTMFullGradGrad: a real forward's activations, random output
+    gradients and random cotangents d_*_grad of the eight results (zero for those in `zero`)."""
+    values, activations, grads = block_grad_op_inputs(rng, layout, use_peephole, T, B, I, H)
+    args = dict(values, **activations, **grads)
+    for name in BLOCK_INPUTS:
+        value = values[name]
+        args["d_%s_grad" % name] = (tf.zeros_like(value) if name in zero else
+                                    tf.constant(rng.standard_normal(value.shape)))
+    return args
+
+
+def composite_full_grad_grad(args, seq_len_max, layout, use_peephole):
+    """The same gradient through the composite backward (a reverse tf.scan) and the tape."""
+    from tf_lstm_ops._gradients.block_lstm_composite import sequence_grad
+
+    primals = [args[k] for k in FULL_GRAD_INPUTS]
+    with tf.GradientTape() as tape:
+        tape.watch(primals)
+        out = sequence_grad(tf.constant(seq_len_max, tf.int64), primals[:8], primals[8:15],
+                            primals[15:], use_peephole, layout)
+    return tape.gradient(out, primals, output_gradients=[args["d_%s_grad" % k]
+                                                         for k in BLOCK_INPUTS],
+                         unconnected_gradients="zero")
+
+
+def fused_full_grad_grad(args, seq_len_max, layout, use_peephole):
+    from tf_lstm_ops._loader import library
+
+    return library.op("BlockLSTMFullGradGrad")(
+        seq_len_max=tf.constant(seq_len_max, tf.int64), use_peephole=use_peephole,
+        gate_layout=layout, **args)
+
+
+@pytest.mark.parametrize("layout,use_peephole,seq_len_max,zero", [
+    ("IFCO", True, 4, ()),
+    ("ICFO", True, 4, ()),
+    ("IFCO", False, 4, ()),
+    ("IFCO", True, 2, ()),  # steps past seq_len_max: zero results
+    ("ICFO", False, 1, ()),
+    ("IFCO", True, 0, ()),
+    ("IFCO", True, 4, ("x",)),  # the zero cotangents whose products the kernel skips
+    ("ICFO", True, 3, ("w",)),
+    ("IFCO", False, 4, ("x", "w", "h_prev", "cs_prev")),
+])
+def test_the_fused_gradient_of_the_backward_equals_the_composite(rng, layout, use_peephole,
+                                                                  seq_len_max, zero):
+    args = full_grad_grad_args(rng, layout, use_peephole, zero=zero)
+    fused = fused_full_grad_grad(args, seq_len_max, layout, use_peephole)
+    expected = composite_full_grad_grad(args, seq_len_max, layout, use_peephole)
+    for name, got, want in zip(FULL_GRAD_INPUTS, fused, expected):
+        np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-12, err_msg=name)
+    assert not np.any(fused[7].numpy())  # b: the backward never reads it
+
+
+@pytest.mark.parametrize("dtype,tolerance", [(tf.float32, 1e-5), (tf.float16, 2e-2),
+                                             (tf.bfloat16, 8e-2)])
+def test_the_fused_gradient_of_the_backward_in_every_dtype(rng, dtype, tolerance):
+    # computed in float32 (16-bit storage), compared with the float64 composite on the same
+    # rounded inputs, relative to each result's largest value
+    args = full_grad_grad_args(rng, "IFCO", True)
+    narrow = {k: tf.cast(v, dtype) for k, v in args.items()}
+    fused = fused_full_grad_grad(narrow, 3, "IFCO", True)
+    expected = composite_full_grad_grad({k: tf.cast(v, tf.float64) for k, v in narrow.items()},
+                                        3, "IFCO", True)
+    for name, got, want in zip(FULL_GRAD_INPUTS, fused, expected):
+        assert got.dtype == dtype
+        scale = max(1.0, float(np.max(np.abs(want))))
+        np.testing.assert_allclose(tf.cast(got, tf.float64), want, atol=tolerance * scale,
+                                   err_msg=name)
+
+
+def test_block_second_derivatives_run_the_fused_op_on_the_cpu(rng):
+    values = block_inputs(rng)
+
+    @tf.function
+    def hvp(w):
+        with tf.GradientTape() as outer:
+            outer.watch(w)
+            with tf.GradientTape() as inner:
+                inner.watch(w)
+                out = raw.BlockLSTMV2(seq_len_max=tf.constant(3, tf.int64),
+                                      **dict(values, w=w))
+                loss = tf.reduce_sum(tf.sin(out.h))
+            projection = tf.reduce_sum(inner.gradient(loss, w) * w)
+        return outer.gradient(projection, w)
+
+    assert "TfLstm>BlockLSTMFullGradGrad" in op_types(hvp, values["w"])
+
+
+def test_the_fused_ops_own_gradient_matches_finite_differences(rng):
+    # third order: the fused op's registered gradient (the composite's) against finite
+    # differences of the fused op itself, w.r.t. one input of each kind (a forward input, a
+    # peephole, an activation, an output gradient, cotangents); the rest held fixed
+    args = full_grad_grad_args(rng, "IFCO", True, T=2, B=1, I=1, H=2)
+    names = ["x", "w", "wci", "f", "h_grad", "d_w_grad", "d_cs_prev_grad"]
+
+    @tf.function
+    def fused(*tensors):
+        out = fused_full_grad_grad(dict(args, **dict(zip(names, tensors))), 2, "IFCO", True)
+        return tf.concat([tf.reshape(t, [-1]) for t in out], 0)
+
+    analytic, numeric = tf.test.compute_gradient(fused, [args[k] for k in names], delta=1e-5)
+    for name, a, n in zip(names, analytic, numeric):
+        np.testing.assert_allclose(a, n, atol=1e-8, err_msg=name)
+
+
+@pytest.mark.parametrize("name,shape,message", [
+    ("d_w_grad", (7, 20), "d_w_grad must have shape [input_size + cell_size, cell_size * 4]"),
+    ("d_x_grad", (4, 3), "d_x_grad must be rank 3"),
+    ("d_wco_grad", (4,), "d_wco_grad must have shape [cell_size]"),
+    ("h_grad", (4, 3, 6), "h_grad must have shape [time, batch_size, cell_size]"),
+    ("d_b_grad", (), "d_b_grad must be rank 1"),
+])
+def test_the_fused_gradient_of_the_backward_names_a_bad_input(rng, name, shape, message):
+    args = full_grad_grad_args(rng, "IFCO", True)
+    args[name] = tf.zeros(shape, tf.float64)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(message)):
+        fused_full_grad_grad(args, 4, "IFCO", True)
+
+
+def test_the_fused_gradient_of_the_backward_checks_seq_len_max(rng):
+    args = full_grad_grad_args(rng, "IFCO", False)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="seq_len_max must be between 0"):
+        fused_full_grad_grad(args, 5, "IFCO", False)
+
+
+def test_the_fused_op_is_chosen_only_where_it_has_a_kernel():
+    from tf_lstm_ops._gradients.block_lstm_composite import _fused_runs_here
+
+    class Placed:
+        def __init__(self, device):
+            self.device = device
+            self.inputs = [None, None]
+
+    assert _fused_runs_here(Placed("/job:localhost/replica:0/task:0/device:CPU:0"))
+    assert not _fused_runs_here(Placed("/job:localhost/replica:0/task:0/device:GPU:0"))
+    assert not _fused_runs_here(Placed("/device:GPU:1"))

@@ -18,7 +18,13 @@ GRAD_INPUTS = OUTPUTS + ("cs_grad", "h_grad")  # activations + incoming grads of
 # BlockLSTMFullGrad (our registered gradients' op) also takes the gradients w.r.t. i, f, o, ci, co
 FULL_GRAD_INPUTS = GRAD_INPUTS + ("i_grad", "f_grad", "o_grad", "ci_grad", "co_grad")
 CELL_GRAD_EXTRA = ("i", "cs", "f", "o", "ci", "co", "cs_grad", "h_grad")
-SEQ_GRAD = ("BlockLSTMGrad", "BlockLSTMGradV2", "BlockLSTMFullGrad")
+# BlockLSTMFullGradGrad (the gradient of BlockLSTMFullGrad) takes FullGrad's inputs and the
+# gradients w.r.t. its eight results, shaped like them
+COTANGENT_SHAPES = dict(d_x_grad=[T, B, I], d_cs_prev_grad=[B, H], d_h_prev_grad=[B, H],
+                        d_w_grad=[I + H, 4 * H], d_wci_grad=[H], d_wcf_grad=[H], d_wco_grad=[H],
+                        d_b_grad=[4 * H])
+SEQ_GRAD = ("BlockLSTMGrad", "BlockLSTMGradV2", "BlockLSTMFullGrad", "BlockLSTMFullGradGrad")
+LIBRARY_ONLY = ("BlockLSTMFullGrad", "BlockLSTMFullGradGrad")  # not tf.raw_ops names
 OPS = ("LSTMBlockCell", "LSTMBlockCellGrad", "BlockLSTM", "BlockLSTMV2") + SEQ_GRAD
 SEQ = ("BlockLSTM", "BlockLSTMV2") + SEQ_GRAD
 GRAD = ("LSTMBlockCellGrad",) + SEQ_GRAD
@@ -26,7 +32,7 @@ GRAD = ("LSTMBlockCellGrad",) + SEQ_GRAD
 
 def grad_inputs_of(op):
     """The [T, B, H] inputs of a sequence grad op beyond the forward's."""
-    return FULL_GRAD_INPUTS if op == "BlockLSTMFullGrad" else GRAD_INPUTS
+    return FULL_GRAD_INPUTS if op in LIBRARY_ONLY else GRAD_INPUTS
 
 
 def valid_shapes(op):
@@ -41,6 +47,8 @@ def valid_shapes(op):
         s.update({k: [B, H] for k in CELL_GRAD_EXTRA})
     if op in SEQ_GRAD:
         s.update({k: [T, B, H] for k in grad_inputs_of(op)})
+    if op == "BlockLSTMFullGradGrad":
+        s.update(COTANGENT_SHAPES)
     return s
 
 
@@ -130,6 +138,14 @@ def bad_cases():
                 cases.append((op, arg + "-batch-short", {arg: [T, B - 1, H]}, L, True, (arg,)))
                 cases.append((op, arg + "-units", {arg: [T, B, H + 1]}, L, False, (arg,)))
                 cases.append((op, arg + "-units-short", {arg: [T, B, H - 1]}, L, False, (arg,)))
+        if op == "BlockLSTMFullGradGrad":
+            for arg, shape in COTANGENT_SHAPES.items():
+                for axis in range(len(shape)):
+                    for delta in (1, -1):
+                        bad = list(shape)
+                        bad[axis] += delta
+                        cases.append((op, "%s-dim%d%+d" % (arg, axis, delta), {arg: bad}, L,
+                                      delta > 0, (arg,)))
     return cases
 
 
@@ -138,7 +154,7 @@ BAD_IDS = ["%s-%s" % (c[0], c[1]) for c in BAD_CASES]
 
 
 def call(raw, op, inputs, use_peephole):
-    if op == "BlockLSTMFullGrad":  # not a tf.raw_ops name, so not in raw: the library's own op
+    if op in LIBRARY_ONLY:  # not tf.raw_ops names, so not in raw: the library's own ops
         from tf_lstm_ops._loader import library
 
         return library.op(op)(**inputs, use_peephole=use_peephole, gate_layout="IFCO")

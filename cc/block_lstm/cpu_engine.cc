@@ -685,6 +685,297 @@ bool CellBackwardWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims
   return true;
 }
 
+// Whether all n values are zero (either sign).
+template <typename A>
+bool AllZero(const A* p, int64_t n) {
+  return std::all_of(p, p + n, [](A v) { return v == A(0); });
+}
+
+// Where an engine computing in A writes a result of storage type T: the result itself when
+// T == A, otherwise a scratch buffer converted into it by Finish().
+template <typename T, typename A>
+class ResultsInAcc {
+ public:
+  explicit ResultsInAcc(Scratch& scratch) : scratch_(scratch) {}
+  A* operator()(T* result, int64_t n) {
+    if constexpr (std::is_same_v<T, A>) {
+      return result;
+    } else {
+      A* acc = scratch_.Take<A>(n);
+      if (acc != nullptr) pending_.push_back({acc, result, n});
+      return acc;
+    }
+  }
+  void Finish(const CPUDevice& d) const {
+    for (const Pending& p : pending_) Convert(d, p.acc, p.result, p.n);
+  }
+
+ private:
+  struct Pending {
+    A* acc;
+    T* result;
+    int64_t n;
+  };
+  Scratch& scratch_;
+  std::vector<Pending> pending_;
+};
+
+template <typename T>
+bool BackwardGradWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims,
+                      const LstmAttrs& attrs, int64_t seq_len_max, const LstmInputs<T>& in,
+                      const LstmActivations<const T*>& act,
+                      const LstmActivations<const T*>& out_grads,
+                      const LstmInputGrads<const T>& cot, const LstmBackwardGrads<T>& grads) {
+  using A = AccFor<T>;
+  const int64_t B = dims.batch, I = dims.input, H = dims.cell, G = 4 * H, L = seq_len_max;
+  const int64_t step = B * H, seq = L * step;
+  const bool nothing_ran = L == 0 || step == 0;
+  auto sequences = [](const auto& set) {
+    return std::vector<T*>{set.i, set.cs, set.f, set.o, set.ci, set.co, set.h};
+  };
+
+  if (!scratch.counting()) {
+    // Steps at or past seq_len_max take part in nothing: their results are zero; so is b's.
+    Fill(d, grads.inputs.x + L * B * I, (dims.time - L) * B * I, T(0));
+    for (const auto* set : {&grads.act, &grads.out_grads}) {
+      for (T* p : sequences(*set)) Fill(d, p + seq, (dims.time - L) * step, T(0));
+    }
+    Fill(d, grads.inputs.b, G, T(0));
+    if (nothing_ran) {
+      const LstmInputGrads<T>& g = grads.inputs;
+      Fill(d, g.x, L * B * I, T(0));
+      for (T* p : {g.cs_prev, g.h_prev}) Fill(d, p, step, T(0));
+      Fill(d, g.w, (I + H) * G, T(0));
+      for (T* p : {g.wci, g.wcf, g.wco}) Fill(d, p, H, T(0));
+      for (const auto* set : {&grads.act, &grads.out_grads}) {
+        for (T* p : sequences(*set)) Fill(d, p, seq, T(0));
+      }
+    }
+  }
+  if (nothing_ran) return true;
+
+  // Every input in A (the buffers themselves for float and double).
+  auto acc = [&](const T* p, int64_t n) { return AsAcc<A>(d, scratch, p, n); };
+  const A *x = acc(in.x, L * B * I), *cs_prev = acc(in.cs_prev, step);
+  const A *h_prev = acc(in.h_prev, step), *w = acc(in.w, (I + H) * G);
+  const A* w_h = w == nullptr ? nullptr : w + I * G;
+  Peepholes<T, A> peep;
+  peep.Init(d, scratch, attrs, in, H);
+  LstmActivations<const A*> a{}, og{};
+  const A** a_seq[7] = {&a.i, &a.cs, &a.f, &a.o, &a.ci, &a.co, &a.h};
+  const A** og_seq[7] = {&og.i, &og.cs, &og.f, &og.o, &og.ci, &og.co, &og.h};
+  const std::vector<const T*> act_in{act.i, act.cs, act.f, act.o, act.ci, act.co, act.h};
+  const std::vector<const T*> og_in{out_grads.i,  out_grads.cs, out_grads.f, out_grads.o,
+                                    out_grads.ci, out_grads.co, out_grads.h};
+  for (int k = 0; k < 7; ++k) {
+    *a_seq[k] = acc(act_in[k], seq);
+    *og_seq[k] = acc(og_in[k], seq);
+  }
+  const A *cot_x = acc(cot.x, L * B * I), *cot_cs_prev = acc(cot.cs_prev, step);
+  const A *cot_h_prev = acc(cot.h_prev, step), *cot_w = acc(cot.w, (I + H) * G);
+  const A* cot_b = acc(cot.b, G);
+  const A *cot_wci = nullptr, *cot_wcf = nullptr, *cot_wco = nullptr;
+  if (attrs.use_peephole) {
+    cot_wci = acc(cot.wci, H);
+    cot_wcf = acc(cot.wcf, H);
+    cot_wco = acc(cot.wco, H);
+  }
+
+  // The results in A.
+  ResultsInAcc<T, A> result(scratch);
+  A *r_x = result(grads.inputs.x, L * B * I), *r_cs_prev = result(grads.inputs.cs_prev, step);
+  A *r_h_prev = result(grads.inputs.h_prev, step), *r_w = result(grads.inputs.w, (I + H) * G);
+  LstmActivations<A*> r_act{}, r_og{};
+  A** r_act_seq[7] = {&r_act.i, &r_act.cs, &r_act.f, &r_act.o, &r_act.ci, &r_act.co, &r_act.h};
+  A** r_og_seq[7] = {&r_og.i, &r_og.cs, &r_og.f, &r_og.o, &r_og.ci, &r_og.co, &r_og.h};
+  const std::vector<T*> act_out = sequences(grads.act), og_out = sequences(grads.out_grads);
+  for (int k = 0; k < 7; ++k) {
+    *r_act_seq[k] = result(act_out[k], seq);
+    *r_og_seq[k] = result(og_out[k], seq);
+  }
+
+  // The backward's dgates and total state gradients of every step, the cotangents of dgates,
+  // the carried state gradients and their cotangent, the peephole weights' sums.
+  A* dgates = scratch.Take<A>(L * B * G);
+  A* dgates_cot = scratch.Take<A>(L * B * G);
+  A* dh_seq = scratch.Take<A>(seq);
+  A* dcs_seq = scratch.Take<A>(seq);
+  A* carry_c = scratch.Take<A>(step);
+  A* carry_h = scratch.Take<A>(step);
+  A* cs_prev_grad_cot = scratch.Take<A>(step);
+  A* peep_sums = scratch.Take<A>(3 * H);  // wci, wcf, wco
+  if (scratch.counting() || !scratch.ok()) return scratch.ok();
+
+  const GateBlocks blk = BlocksOf(attrs.layout);
+  const bool use_peephole = attrs.use_peephole;
+  // A set's pointers at element e0 (a step's batch row), so that the per-unit loops below index
+  // plain local pointers and vectorise.
+  auto row_of = [](const auto& set, int64_t e0) {
+    auto at = [e0](auto* p) { return p == nullptr ? p : p + e0; };
+    return LstmActivations<decltype(at(set.i))>{at(set.i),  at(set.cs), at(set.f), at(set.o),
+                                                at(set.ci), at(set.co), at(set.h)};
+  };
+  auto state_before = [&](int64_t t) { return t == 0 ? cs_prev : a.cs + (t - 1) * step; };
+  // Element-wise passes run over unit ranges [j0, j1) of every batch row, so each unit's
+  // peephole sums have one writer.
+  auto for_units = [&](double cycles_per_row, auto fn) {
+    ParallelFor(d, H, B * 40.0 * sizeof(A), B * cycles_per_row, [&](int64_t j0, int64_t j1) {
+      for (int64_t b = 0; b < B; ++b) fn(b, j0, j1);
+    });
+  };
+  // Runs fn(std::bool_constant<use_peephole>{}).
+  auto with_peephole = [&](auto fn) {
+    return use_peephole ? fn(std::true_type{}) : fn(std::false_type{});
+  };
+
+  // 1. The backward again, keeping every step's dgates and total dh, dcs (docs/block_lstm.md §6).
+  Fill(d, carry_c, step, A(0));
+  Fill(d, carry_h, step, A(0));
+  with_peephole([&](auto peephole) {
+    constexpr bool kPeephole = decltype(peephole)::value;
+    for (int64_t t = L - 1; t >= 0; --t) {
+      A* dg = dgates + t * B * G;
+      const A* cs_before = state_before(t);
+      for_units(60.0, [&](int64_t b, int64_t j0, int64_t j1) {
+        const int64_t e0 = t * step + b * H;
+        const LstmActivations<const A*> act_r = row_of(a, e0), og_r = row_of(og, e0);
+        const A* csb = cs_before + b * H;
+        A *c_carry = carry_c + b * H, *h_carry = carry_h + b * H;
+        A *dh_r = dh_seq + e0, *dcs_r = dcs_seq + e0;
+        A *d_i = dg + b * G + blk.i * H, *d_c = dg + b * G + blk.c * H;
+        A *d_f = dg + b * G + blk.f * H, *d_o = dg + b * G + blk.o * H;
+#pragma GCC ivdep
+        for (int64_t j = j0; j < j1; ++j) {
+          const A dh = h_carry[j] + og_r.h[j], dcs = c_carry[j] + og_r.cs[j];
+          dh_r[j] = dh;
+          dcs_r[j] = dcs;
+          const CellGradients<A> g = CellBackward<A>(
+              kPeephole,
+              {act_r.i[j], act_r.cs[j], act_r.f[j], act_r.o[j], act_r.ci[j], act_r.co[j], A(0)},
+              csb[j], kPeephole ? peep.wci[j] : A(0), kPeephole ? peep.wcf[j] : A(0),
+              kPeephole ? peep.wco[j] : A(0), dcs, dh,
+              {og_r.i[j], og_r.f[j], og_r.o[j], og_r.ci[j], og_r.co[j]});
+          d_i[j] = g.d_i;
+          d_c[j] = g.d_c;
+          d_f[j] = g.d_f;
+          d_o[j] = g.d_o;
+          c_carry[j] = g.cs_prev_grad;
+        }
+      });
+      if (t > 0) Gemm(d, false, true, B, H, G, dg, G, w_h, G, false, carry_h, H);
+    }
+  });
+
+  // 2. The adjoint sweep, forward in time. dgates_t's cotangent has shares from the products
+  // x_grad_t = dgates_t·Wxᵀ and h carried = dgates_t·Whᵀ (cot_x_t·Wx, cotangent of the carry·Wh),
+  // from w_grad = Σ [x_t; h_{t-1}]ᵀ·dgates_t ([x_t; h_{t-1}]·cot_w) and from b_grad (cot_b).
+  // All but the carried one are whole-sequence products.
+  // A zero cotangent is common (an HVP w.r.t. the weights leaves x_grad's zero, a gradient
+  // penalty on x w_grad's): its products are skipped, found by one read.
+  const int64_t rows = L * B;
+  const bool cot_x_zero = AllZero(cot_x, rows * I), cot_w_zero = AllZero(cot_w, (I + H) * G);
+  if (!cot_x_zero) Gemm(d, false, false, rows, G, I, cot_x, I, w, G, false, dgates_cot, G);
+  if (!cot_w_zero) {
+    Gemm(d, false, false, rows, G, I, x, I, cot_w, G, !cot_x_zero, dgates_cot, G);
+    Gemm(d, false, false, B, G, H, h_prev, H, cot_w + I * G, G, true, dgates_cot, G);
+    Gemm(d, false, false, rows - B, G, H, a.h, H, cot_w + I * G, G, true, dgates_cot + B * G,
+         G);
+  } else if (cot_x_zero) {
+    Fill(d, dgates_cot, rows * G, A(0));
+  }
+  Fill(d, r_act.cs, seq, A(0));
+  Fill(d, peep_sums, 3 * H, A(0));
+  std::copy_n(cot_cs_prev, step, cs_prev_grad_cot);
+  with_peephole([&](auto peephole) {
+    constexpr bool kPeephole = decltype(peephole)::value;
+    for (int64_t t = 0; t < L; ++t) {
+      // The cotangent of the h gradient carried into step t: the op's h_prev_grad's at t = 0,
+      // else step t-1's (the cotangent of its total dh, just written as r_og.h).
+      const A* carry_h_cot = t == 0 ? cot_h_prev : r_og.h + (t - 1) * step;
+      A* dg_cot = dgates_cot + t * B * G;
+      Gemm(d, false, false, B, G, H, carry_h_cot, H, w_h, G, true, dg_cot, G);
+      const A* cs_before = state_before(t);
+      A* cs_before_cot = t == 0 ? r_cs_prev : r_act.cs + (t - 1) * step;
+      for_units(120.0, [&](int64_t b, int64_t j0, int64_t j1) {
+        const int64_t e0 = t * step + b * H;
+        const LstmActivations<const A*> act_r = row_of(a, e0), og_r = row_of(og, e0);
+        const LstmActivations<A*> r_act_r = row_of(r_act, e0), r_og_r = row_of(r_og, e0);
+        const A *dh_r = dh_seq + e0, *dcs_r = dcs_seq + e0, *csb = cs_before + b * H;
+        A *csb_cot = cs_before_cot + b * H, *c_cot = cs_prev_grad_cot + b * H;
+        const A *g_i = dg_cot + b * G + blk.i * H, *b_i = cot_b + blk.i * H;
+        const A *g_c = dg_cot + b * G + blk.c * H, *b_c = cot_b + blk.c * H;
+        const A *g_f = dg_cot + b * G + blk.f * H, *b_f = cot_b + blk.f * H;
+        const A *g_o = dg_cot + b * G + blk.o * H, *b_o = cot_b + blk.o * H;
+        A *sum_ci = peep_sums, *sum_cf = peep_sums + H, *sum_co = peep_sums + 2 * H;
+#pragma GCC ivdep
+        for (int64_t j = j0; j < j1; ++j) {
+          const CellBackwardCotangents<A> r = CellBackwardAdjoint<A>(
+              kPeephole,
+              {act_r.i[j], act_r.cs[j], act_r.f[j], act_r.o[j], act_r.ci[j], act_r.co[j], A(0)},
+              csb[j], kPeephole ? peep.wci[j] : A(0), kPeephole ? peep.wcf[j] : A(0),
+              kPeephole ? peep.wco[j] : A(0), dcs_r[j], dh_r[j],
+              {og_r.i[j], og_r.f[j], og_r.o[j], og_r.ci[j], og_r.co[j]},
+              {g_i[j] + b_i[j], g_c[j] + b_c[j], g_f[j] + b_f[j], g_o[j] + b_o[j], c_cot[j]},
+              kPeephole ? cot_wci[j] : A(0), kPeephole ? cot_wcf[j] : A(0),
+              kPeephole ? cot_wco[j] : A(0));
+          r_act_r.i[j] = r.i;
+          r_act_r.f[j] = r.f;
+          r_act_r.o[j] = r.o;
+          r_act_r.ci[j] = r.ci;
+          r_act_r.co[j] = r.co;
+          r_act_r.cs[j] += r.cs;
+          csb_cot[j] = t == 0 ? r.cs_prev : csb_cot[j] + r.cs_prev;
+          r_og_r.i[j] = r.ext.i;
+          r_og_r.f[j] = r.ext.f;
+          r_og_r.o[j] = r.ext.o;
+          r_og_r.ci[j] = r.ext.ci;
+          r_og_r.co[j] = r.ext.co;
+          r_og_r.cs[j] = r.dcs;  // dcs = carried + cs_grad: both get its cotangent
+          r_og_r.h[j] = r.dh;
+          c_cot[j] = r.dcs;
+          if constexpr (kPeephole) {
+            sum_ci[j] += r.wci;
+            sum_cf[j] += r.wcf;
+            sum_co[j] += r.wco;
+          }
+        }
+      });
+    }
+  });
+
+  // 3. The products' other shares: w from x_grad and the carried h (w_grad's transposes), x and
+  // h from w_grad.
+  if (cot_x_zero) {
+    Fill(d, r_w, I * G, A(0));
+  } else {
+    Gemm(d, true, false, I, G, rows, cot_x, I, dgates, G, false, r_w, G, gemm::Sum::kLong);
+  }
+  A* r_w_h = r_w + I * G;
+  Gemm(d, true, false, H, G, B, cot_h_prev, H, dgates, G, false, r_w_h, G);
+  Gemm(d, true, false, H, G, rows - B, r_og.h, H, dgates + B * G, G, true, r_w_h, G,
+       gemm::Sum::kLong);
+  if (cot_w_zero) {
+    Fill(d, r_x, rows * I, A(0));
+    Fill(d, r_h_prev, step, A(0));
+    Fill(d, r_act.h, seq - step, A(0));
+  } else {
+    Gemm(d, false, true, rows, I, G, dgates, G, cot_w, G, false, r_x, I);
+    Gemm(d, false, true, B, H, G, dgates, G, cot_w + I * G, G, false, r_h_prev, H);
+    Gemm(d, false, true, rows - B, H, G, dgates + B * G, G, cot_w + I * G, G, false, r_act.h, H);
+  }
+  Fill(d, r_act.h + seq - step, step, A(0));  // the last step's h feeds no product
+  result.Finish(d);
+  const LstmInputGrads<T>& g = grads.inputs;
+  if (use_peephole) {
+    Convert(d, peep_sums, g.wci, H);
+    Convert(d, peep_sums + H, g.wcf, H);
+    Convert(d, peep_sums + 2 * H, g.wco, H);
+  } else {
+    for (T* p : {g.wci, g.wcf, g.wco}) Fill(d, p, H, T(0));
+  }
+  return true;
+}
+
 }  // namespace
 
 template <typename T>
@@ -741,6 +1032,25 @@ bool LstmCellBackward(const CPUDevice& d, const LstmDims& dims, const LstmAttrs&
                              wci_grad, wcf_grad, wco_grad);
 }
 
+template <typename T>
+size_t LstmBackwardGradScratchBytes(const CPUDevice& d, const LstmDims& dims,
+                                    const LstmAttrs& attrs, int64_t seq_len_max) {
+  Scratch counter = Scratch::Counter();
+  BackwardGradWalk<T>(d, counter, dims, attrs, seq_len_max, {}, {}, {}, {}, {});
+  return counter.bytes();
+}
+
+template <typename T>
+bool LstmBackwardGrad(const CPUDevice& d, const LstmDims& dims, const LstmAttrs& attrs,
+                      int64_t seq_len_max, const LstmInputs<T>& in,
+                      const LstmActivations<const T*>& act,
+                      const LstmActivations<const T*>& out_grads,
+                      const LstmInputGrads<const T>& cot, const LstmBackwardGrads<T>& grads,
+                      void* scratch, size_t scratch_bytes) {
+  Scratch carver(scratch, scratch_bytes);
+  return BackwardGradWalk<T>(d, carver, dims, attrs, seq_len_max, in, act, out_grads, cot, grads);
+}
+
 int64_t InPlaceBackwardRuns() { return in_place_backward_runs.load(std::memory_order_relaxed); }
 
 #define TF_LSTM_OPS_INSTANTIATE(T)                                                              \
@@ -760,7 +1070,15 @@ int64_t InPlaceBackwardRuns() { return in_place_backward_runs.load(std::memory_o
   template bool LstmCellBackward<T>(const CPUDevice&, const LstmDims&, const LstmAttrs&,       \
                                     const LstmInputs<T>&, const LstmActivations<const T*>&,     \
                                     const LstmActivations<const T*>&, T*, T*, T*, T*, T*, void*, \
-                                    size_t);
+                                    size_t);                                                    \
+  template size_t LstmBackwardGradScratchBytes<T>(const CPUDevice&, const LstmDims&,           \
+                                                  const LstmAttrs&, int64_t);                   \
+  template bool LstmBackwardGrad<T>(const CPUDevice&, const LstmDims&, const LstmAttrs&,       \
+                                    int64_t, const LstmInputs<T>&,                              \
+                                    const LstmActivations<const T*>&,                           \
+                                    const LstmActivations<const T*>&,                           \
+                                    const LstmInputGrads<const T>&, const LstmBackwardGrads<T>&, \
+                                    void*, size_t);
 TF_LSTM_OPS_INSTANTIATE(Eigen::half)
 TF_LSTM_OPS_INSTANTIATE(Eigen::bfloat16)
 TF_LSTM_OPS_INSTANTIATE(float)

@@ -70,6 +70,23 @@ bool LstmCellBackward(const CPUDevice& device, const LstmDims& dims, const LstmA
                       const LstmActivations<const T*>& out_grads, T* cs_prev_grad, T* dgates,
                       T* wci_grad, T* wcf_grad, T* wco_grad, void* scratch, size_t scratch_bytes);
 
+// The gradient of LstmBackward (BlockLSTMFullGrad) w.r.t. each of its inputs, given the
+// cotangents of its eight results (`cot`, shaped like them): one reverse sweep recomputes the
+// backward's per-step state gradients and dgates, one forward sweep runs its adjoint
+// (docs/block_lstm.md §7.2), each with one [B, H] x [H, 4H] product per step; the rest are
+// whole-sequence products. `out_grads` must have all seven. Writes every result in `grads`
+// (zero past seq_len_max; b's, which the backward never reads, is zero).
+template <typename T>
+size_t LstmBackwardGradScratchBytes(const CPUDevice& device, const LstmDims& dims,
+                                    const LstmAttrs& attrs, int64_t seq_len_max);
+template <typename T>
+bool LstmBackwardGrad(const CPUDevice& device, const LstmDims& dims, const LstmAttrs& attrs,
+                      int64_t seq_len_max, const LstmInputs<T>& in,
+                      const LstmActivations<const T*>& act,
+                      const LstmActivations<const T*>& out_grads,
+                      const LstmInputGrads<const T>& cot, const LstmBackwardGrads<T>& grads,
+                      void* scratch, size_t scratch_bytes);
+
 // How many LstmBackward runs kept the gate gradients in place (a test hook).
 int64_t InPlaceBackwardRuns();
 

@@ -47,6 +47,15 @@ struct LstmInputGrads {
   T *x, *cs_prev, *h_prev, *w, *wci, *wcf, *wco, *b;
 };
 
+// The gradients of a backward run (BlockLSTMFullGrad) w.r.t. its inputs, each shaped like its
+// input.
+template <typename T>
+struct LstmBackwardGrads {
+  LstmInputGrads<T> inputs;       // w.r.t. x, cs_prev, h_prev, w, wci, wcf, wco, b
+  LstmActivations<T*> act;        // w.r.t. the saved i, cs, f, o, ci, co, h
+  LstmActivations<T*> out_grads;  // w.r.t. the output gradients i_grad .. h_grad
+};
+
 }  // namespace tf_lstm_ops
 
 #endif  // TF_LSTM_OPS_CC_CORE_BLOCK_LSTM_TYPES_H_

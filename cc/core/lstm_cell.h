@@ -94,6 +94,83 @@ TF_LSTM_HOST_DEVICE inline CellGradients<Acc> CellBackward(bool use_peephole,
   return g;
 }
 
+// The adjoint of CellBackward (docs/block_lstm.md §7.2): CellBackward is linear in (dcs, dh,
+// ext) and polynomial in the saved activations, so the gradient of a backward sweep w.r.t. its
+// inputs runs these transposed steps forward in time. `cot` holds the cotangents of the step's
+// results: of its four dgates (with every share from outside the cell already added: the
+// products dgates·Wᵀ, the weight and bias sums) and of cs_prev_grad. wc*_sum are the cotangents
+// of the peephole gradient sums (Σ δi·cs_prev, Σ δf·cs_prev, Σ δo·cs), whose terms live here.
+template <typename Acc>
+struct CellBackwardCotangents {
+  Acc i, f, o, ci, co;        // of the saved activations
+  Acc cs, cs_prev;            // of this step's cs and the state it started from
+  Acc dcs, dh;                // of the step's total state gradients (dcs = carried + external)
+  ActivationGradients<Acc> ext;
+  Acc wci, wcf, wco;          // of the peephole weights (this element's share)
+};
+
+template <typename Acc>
+TF_LSTM_HOST_DEVICE inline CellBackwardCotangents<Acc> CellBackwardAdjoint(
+    bool use_peephole, const CellActivations<Acc>& a, Acc cs_prev, Acc wci, Acc wcf, Acc wco,
+    Acc dcs, Acc dh, const ActivationGradients<Acc>& ext, CellGradients<Acc> cot, Acc wci_sum,
+    Acc wcf_sum, Acc wco_sum) {
+  const Acc one(1), two(2);
+  const Acc o_slope = a.o * (one - a.o), co_slope = one - a.co * a.co;
+  const Acc ci_slope = one - a.ci * a.ci, f_slope = a.f * (one - a.f);
+  const Acc i_slope = a.i * (one - a.i);
+  const bool peep = use_peephole;
+  // The forward quantities of CellBackward this needs again.
+  const Acc s_o = dh * a.co + ext.o, d_o = o_slope * s_o;
+  const Acc s_co = dh * a.o + ext.co;
+  const Acc d_cs = co_slope * s_co + dcs + (peep ? d_o * wco : Acc(0));
+  const Acc s_i = d_cs * a.ci + ext.i, s_f = d_cs * cs_prev + ext.f, s_c = d_cs * a.i + ext.ci;
+  const Acc d_i = i_slope * s_i, d_f = f_slope * s_f;
+
+  CellBackwardCotangents<Acc> r;
+  // The peephole sums' terms, then cs_prev_grad = d_cs·f (+ δi·wci + δf·wcf).
+  cot.d_i += peep ? wci_sum * cs_prev + cot.cs_prev_grad * wci : Acc(0);
+  cot.d_f += peep ? wcf_sum * cs_prev + cot.cs_prev_grad * wcf : Acc(0);
+  cot.d_o += peep ? wco_sum * a.cs : Acc(0);
+  r.cs = peep ? wco_sum * d_o : Acc(0);
+  r.cs_prev = peep ? wci_sum * d_i + wcf_sum * d_f : Acc(0);
+  r.wci = peep ? cot.cs_prev_grad * d_i : Acc(0);
+  r.wcf = peep ? cot.cs_prev_grad * d_f : Acc(0);
+  Acc cot_d_cs = cot.cs_prev_grad * a.f;
+  r.f = cot.cs_prev_grad * d_cs;
+  // δi = i'·(d_cs·ci + ext.i), δf = f'·(d_cs·cs_prev + ext.f), δci = ci'·(d_cs·i + ext.ci)
+  Acc u = cot.d_i * i_slope;
+  r.i = cot.d_i * s_i * (one - two * a.i);
+  r.ext.i = u;
+  cot_d_cs += u * a.ci;
+  r.ci = u * d_cs;
+  u = cot.d_f * f_slope;
+  r.f += cot.d_f * s_f * (one - two * a.f);
+  r.ext.f = u;
+  cot_d_cs += u * cs_prev;
+  r.cs_prev += u * d_cs;
+  u = cot.d_c * ci_slope;
+  r.ci += cot.d_c * s_c * (-two * a.ci);
+  r.ext.ci = u;
+  cot_d_cs += u * a.i;
+  r.i += u * d_cs;
+  // d_cs = co'·(dh·o + ext.co) + dcs (+ δo·wco)
+  cot.d_o += peep ? cot_d_cs * wco : Acc(0);
+  r.wco = peep ? cot_d_cs * d_o : Acc(0);
+  u = cot_d_cs * co_slope;
+  r.co = cot_d_cs * s_co * (-two * a.co);
+  r.ext.co = u;
+  r.dh = u * a.o;
+  r.o = u * dh;
+  r.dcs = cot_d_cs;
+  // δo = o'·(dh·co + ext.o)
+  u = cot.d_o * o_slope;
+  r.o += cot.d_o * s_o * (one - two * a.o);
+  r.ext.o = u;
+  r.dh += u * a.co;
+  r.co += u * dh;
+  return r;
+}
+
 // Calls fn(std::bool_constant<a>{}, std::bool_constant<b>{}) and returns its result: runtime
 // flags become template arguments, so loops specialised on them carry no branches and vectorise.
 template <typename Fn>

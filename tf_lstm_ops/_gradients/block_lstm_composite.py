@@ -9,13 +9,18 @@ straight-through). That backward is written here with TensorFlow ops (a reverse 
 the steps), and each op's gradient is the gradient of that composite w.r.t. every input: the
 saved activations included, so the chain continues through the forward op's own registered
 gradient (BlockLSTMFullGrad takes gradients for all seven outputs, docs/block_lstm.md §6.5).
-Every order works. It is a composite (a loop of small ops), not a fused sweep.
+Every order works.
+
+On the CPU the sequence gradient ops' gradients run the fused BlockLSTMFullGradGrad instead
+(docs/block_lstm.md §7.2: the backward again, then its adjoint as one forward sweep); the
+composite serves the GPU (that op has no GPU kernel yet), LSTMBlockCellGrad (one step: nothing to
+fuse) and the fused op's own gradient (third order and up).
 """
 
 import tensorflow as tf
 
 from tf_lstm_ops._gradients._common import in_compute_type, string_attr
-from tf_lstm_ops._loader import OP_NAMESPACE
+from tf_lstm_ops._loader import OP_NAMESPACE, library
 
 _ACTIVATIONS = ("i", "cs", "f", "o", "ci", "co", "h")
 
@@ -140,7 +145,41 @@ def _lstm_block_cell_grad_grad(op, *grads):
     return _grad_of(op, grads, lambda t: cell_grad(t, op.get_attr("use_peephole")))
 
 
+def _fused_runs_here(op):
+    """Whether BlockLSTMFullGradGrad (CPU kernels only) runs where `op` does: on a CPU, or
+    unplaced in a process that sees no GPU. Elsewhere the composite runs (TF ops, any device)."""
+    device = getattr(op, "device", "") or op.inputs[1].device
+    if device:
+        return "CPU" in device.upper().rsplit("/", 1)[-1]
+    return not tf.config.list_logical_devices("GPU")
+
+
+_FULL_GRAD_INPUTS = (("x", "cs_prev", "h_prev", "w", "wci", "wcf", "wco", "b") + _ACTIVATIONS
+                     + tuple(name + "_grad" for name in _ACTIVATIONS))
+_FULL_GRAD_OUTPUTS = _FULL_GRAD_INPUTS[:8]
+
+
+def _fused_sequence_grad_grad(op, grads, layout, full):
+    """The fused sweep (docs/block_lstm.md §7.2): BlockLSTMFullGradGrad's gradients w.r.t. every
+    input; BlockLSTMGrad(V2) run it with zero i, f, o, ci, co gradients."""
+    inputs = list(op.inputs)
+    if not full:  # (..., cs_grad, h_grad) -> the seven output gradients
+        zero = tf.zeros_like(inputs[16])
+        inputs = inputs[:16] + [zero, inputs[16], zero, zero, zero, zero, inputs[17]]
+    args = dict(zip(_FULL_GRAD_INPUTS, inputs[1:]))
+    for name, grad, out in zip(_FULL_GRAD_OUTPUTS, grads, op.outputs):
+        args["d_" + name + "_grad"] = tf.zeros_like(out) if grad is None else grad
+    result = library.op("BlockLSTMFullGradGrad")(
+        seq_len_max=inputs[0], use_peephole=op.get_attr("use_peephole"), gate_layout=layout,
+        **args)
+    result = [None] + list(result)  # no gradient for the int64 seq_len_max
+    return result if full else result[:16] + [result[17], result[22]]
+
+
 def _sequence_grad_grad(op, grads, layout, full):
+    if _fused_runs_here(op):
+        return _fused_sequence_grad_grad(op, grads, layout, full)
+
     def composite(t):
         # inputs: seq_len_max, the 8 forward inputs, the 7 activations, then the output
         # gradients (all seven for BlockLSTMFullGrad, cs_grad and h_grad otherwise)
@@ -168,3 +207,20 @@ def _block_lstm_grad_v2_grad(op, *grads):
 @tf.RegisterGradient(OP_NAMESPACE + "BlockLSTMFullGrad")
 def _block_lstm_full_grad_grad(op, *grads):
     return _sequence_grad_grad(op, grads, string_attr(op, "gate_layout"), full=True)
+
+
+@tf.RegisterGradient(OP_NAMESPACE + "BlockLSTMFullGradGrad")
+def _block_lstm_full_grad_grad_grad(op, *grads):
+    """Third and higher orders: the fused op equals the composite's gradient (a VJP of
+    sequence_grad), so its gradient is that VJP's gradient: slower, but exact."""
+    layout, use_peephole = string_attr(op, "gate_layout"), op.get_attr("use_peephole")
+
+    def composite(t):
+        seq_len_max, primals, cotangents = t[0], list(t[1:23]), t[23:31]
+        with tf.GradientTape() as tape:
+            tape.watch(primals)
+            out = sequence_grad(seq_len_max, primals[:8], primals[8:15], primals[15:22],
+                                use_peephole, layout)
+        return tape.gradient(out, primals, output_gradients=list(cotangents),
+                             unconnected_gradients=tf.UnconnectedGradients.ZERO)
+    return _grad_of(op, grads, composite)

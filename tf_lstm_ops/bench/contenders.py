@@ -326,6 +326,24 @@ def _hessian_vector_product(variables, loss_fn):
     return {HVP_PHASE: lambda: hvp().numpy()}
 
 
+def build_ours_block_hvp(case):
+    import tensorflow as tf
+    import tf_lstm_ops
+
+    t = case.tensor
+    w, b = tf.Variable(t("w")), tf.Variable(t("b"))
+    dy = t("dy")
+
+    def loss():
+        out = tf_lstm_ops.raw.BlockLSTMV2(
+            seq_len_max=t("seq_len_max"), x=t("x"), cs_prev=t("zeros_bh"), h_prev=t("zeros_bh"),
+            w=w, wci=t("zeros_h"), wcf=t("zeros_h"), wco=t("zeros_h"), b=b, cell_clip=0.0,
+            use_peephole=False)
+        return tf.reduce_sum(out.h * dy)
+
+    return _hessian_vector_product([w, b], loss)
+
+
 def build_ours_cudnn_hvp(case):
     import tensorflow as tf
     import tf_lstm_ops
@@ -434,6 +452,8 @@ CONTENDERS = (
     Contender("keras_fallback", "lstm", "keras.layers.LSTM(use_cudnn=False)", ("fwd", "fwd+bwd"),
               build_keras_fallback),
     Contender("torch", "lstm", "torch.nn.LSTM", PHASES, build_torch, needs="torch"),
+    Contender("ours_block_hvp", "lstm", "ours BlockLSTMV2 HVP", (HVP_PHASE,), build_ours_block_hvp,
+              ours=True, opt_in=True),
     *_hvp_contenders("lstm", "ours CudnnRNNV3", "LSTM"),
     Contender("ours_cudnn", "gru", "ours CudnnRNNV3 gru", PHASES, build_ours_cudnn, ours=True),
     Contender("ours_keras", "gru", "ours keras.GRU", ("fwd", "fwd+bwd"), build_ours_keras,
@@ -449,7 +469,8 @@ CONTENDERS = (
     *_hvp_contenders("gru", "ours CudnnRNNV3 gru", "GRU"),
 )
 # What --hvp runs: one fwd+bwd step of ours (the unit of the goal) and the HVPs.
-HVP_CONTENDERS = ("ours_cudnn", "ours_keras", "ours_cudnn_hvp", "ours_keras_hvp", "keras_hvp")
+HVP_CONTENDERS = ("ours_block", "ours_cudnn", "ours_keras", "ours_block_hvp", "ours_cudnn_hvp",
+                  "ours_keras_hvp", "keras_hvp")
 DEFAULT_BASELINE = {"lstm": "ours_block", "gru": "ours_cudnn"}
 CONTENDER_KEYS = tuple(dict.fromkeys(c.key for c in CONTENDERS))
 UNSUPPORTED_NOTES = {"tf_block": "TF registers BlockLSTMV2/GradV2 CPU kernels for half and float32"

@@ -59,6 +59,19 @@ TF_LSTM_OPS_DECLARE_LSTM_FUNCTORS(GpuDevice)
 #endif
 #undef TF_LSTM_OPS_DECLARE_LSTM_FUNCTORS
 
+// BlockLSTMFullGradGrad, on the CPU only (cc/block_lstm/cpu_engine.h, LstmBackwardGrad): the
+// gradient of the backward w.r.t. all its inputs, given the cotangents `cot` of its results.
+template <typename Device, typename T>
+struct LstmBackwardGrad;
+template <typename T>
+struct LstmBackwardGrad<CPUDevice, T> {
+  absl::Status operator()(tensorflow::OpKernelContext* ctx, const LstmDims& dims,
+                          const LstmAttrs& attrs, int64_t seq_len_max, const LstmInputs<T>& in,
+                          const LstmActivations<const T*>& act,
+                          const LstmActivations<const T*>& out_grads,
+                          const LstmInputGrads<const T>& cot, const LstmBackwardGrads<T>& grads);
+};
+
 }  // namespace tf_lstm_ops
 
 #endif  // TF_LSTM_OPS_CC_TF_BLOCK_LSTM_FUNCTOR_H_

@@ -95,10 +95,26 @@ absl::Status LstmCellBackward<CPUDevice, T>::operator()(
                   });
 }
 
+template <typename T>
+absl::Status LstmBackwardGrad<CPUDevice, T>::operator()(
+    OpKernelContext* ctx, const LstmDims& dims, const LstmAttrs& attrs, int64_t seq_len_max,
+    const LstmInputs<T>& in, const LstmActivations<const T*>& act,
+    const LstmActivations<const T*>& out_grads, const LstmInputGrads<const T>& cot,
+    const LstmBackwardGrads<T>& grads) {
+  const CPUDevice& d = ctx->eigen_device<CPUDevice>();
+  return RunOnCpu(ctx, "the backward's gradient",
+                  cpu::LstmBackwardGradScratchBytes<T>(d, dims, attrs, seq_len_max),
+                  [&](const CPUDevice& device, void* scratch, size_t bytes) {
+                    return cpu::LstmBackwardGrad<T>(device, dims, attrs, seq_len_max, in, act,
+                                                    out_grads, cot, grads, scratch, bytes);
+                  });
+}
+
 #define TF_LSTM_OPS_INSTANTIATE(T)               \
   template struct LstmForward<CPUDevice, T>;     \
   template struct LstmBackward<CPUDevice, T>;    \
-  template struct LstmCellBackward<CPUDevice, T>;
+  template struct LstmCellBackward<CPUDevice, T>; \
+  template struct LstmBackwardGrad<CPUDevice, T>;
 TF_LSTM_OPS_INSTANTIATE(Eigen::half)
 TF_LSTM_OPS_INSTANTIATE(Eigen::bfloat16)
 TF_LSTM_OPS_INSTANTIATE(float)

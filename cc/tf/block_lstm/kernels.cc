@@ -225,6 +225,67 @@ class BlockLSTMGradOp : public OpKernel {
   LstmAttrs attrs_;
 };
 
+// BlockLSTMFullGradGrad (CPU): the gradient of BlockLSTMFullGrad w.r.t. its 22 float inputs,
+// given the gradients d_*_grad w.r.t. its eight outputs, each shaped like that output.
+template <typename T>
+class BlockLSTMFullGradGradOp : public OpKernel {
+ public:
+  explicit BlockLSTMFullGradGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ReadAttrs(ctx, GateLayout::kIFCO, /*forward=*/false, &attrs_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    CommonInputs in;
+    OP_REQUIRES_OK(ctx, in.Fetch(ctx));
+    LstmDims dims;
+    OP_REQUIRES_OK(ctx, ValidateCommon(in, /*sequence=*/true, CellSizeFrom::kW,
+                                       /*check_peephole_len=*/true, &dims));
+    int64_t seq_len_max;
+    OP_REQUIRES_OK(ctx, ValidateSeqLenMax(ctx->input(0), dims.time, &seq_len_max));
+    const NamedDim T_{dims.time, "time"}, B{dims.batch, "batch_size"}, H{dims.cell, "cell_size"};
+    const NamedDim I{dims.input, "input_size"}, G{4 * dims.cell, "cell_size * 4"};
+    const NamedDim rows{dims.input + dims.cell, "input_size + cell_size"};
+    OP_REQUIRES_OK(ctx, ValidateSameShape(ctx, {"i", "cs", "f", "o", "ci", "co", "h", "i_grad",
+                                                "cs_grad", "f_grad", "o_grad", "ci_grad",
+                                                "co_grad", "h_grad"},
+                                          {T_, B, H}));
+    OP_REQUIRES_OK(ctx, ValidateSameShape(ctx, {"d_x_grad"}, {T_, B, I}));
+    OP_REQUIRES_OK(ctx, ValidateSameShape(ctx, {"d_cs_prev_grad", "d_h_prev_grad"}, {B, H}));
+    OP_REQUIRES_OK(ctx, ValidateSameShape(ctx, {"d_w_grad"}, {rows, G}));
+    OP_REQUIRES_OK(ctx, ValidateSameShape(ctx, {"d_wci_grad", "d_wcf_grad", "d_wco_grad"}, {H}));
+    OP_REQUIRES_OK(ctx, ValidateSameShape(ctx, {"d_b_grad"}, {G}));
+
+    auto input = [ctx](const char* name) {
+      return NamedInput(ctx, name).template flat<T>().data();
+    };
+    const LstmActivations<const T*> out_grads{input("i_grad"),  input("cs_grad"),
+                                              input("f_grad"),  input("o_grad"),
+                                              input("ci_grad"), input("co_grad"),
+                                              input("h_grad")};
+    const LstmInputGrads<const T> cot{input("d_x_grad"),   input("d_cs_prev_grad"),
+                                      input("d_h_prev_grad"), input("d_w_grad"),
+                                      input("d_wci_grad"), input("d_wcf_grad"),
+                                      input("d_wco_grad"), input("d_b_grad")};
+    // Output k is the gradient w.r.t. input 1 + k, and shaped like it.
+    T* out[22];
+    for (int k = 0; k < 22; ++k) {
+      Tensor* t;
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(k, ctx->input(1 + k).shape(), &t));
+      out[k] = t->flat<T>().data();
+    }
+    const LstmBackwardGrads<T> grads{
+        {out[0], out[1], out[2], out[3], out[4], out[5], out[6], out[7]},
+        {out[8], out[9], out[10], out[11], out[12], out[13], out[14]},
+        {out[15], out[16], out[17], out[18], out[19], out[20], out[21]}};
+    OP_REQUIRES_OK(ctx, LstmBackwardGrad<CPUDevice, T>()(
+                            ctx, dims, attrs_, seq_len_max, in.Pointers<T>(),
+                            ActivationInputs<T>(ctx, true), out_grads, cot, grads));
+  }
+
+ private:
+  LstmAttrs attrs_;
+};
+
 // One registration per device. The sequence ops read seq_len_max on the host (HostMemory on the
 // GPU, as TF's own GPU kernels).
 #define TF_LSTM_REGISTER(DEVICE, DEVICE_TYPE, SEQ_LEN_MAX_ON_HOST, T)                        \
@@ -255,7 +316,11 @@ class BlockLSTMGradOp : public OpKernel {
           SEQ_LEN_MAX_ON_HOST,                                                              \
       BlockLSTMGradOp<DEVICE, T, GateLayout::kIFCO, true>);
 
-#define TF_LSTM_REGISTER_CPU(T) TF_LSTM_REGISTER(CPUDevice, tensorflow::DEVICE_CPU, , T)
+#define TF_LSTM_REGISTER_CPU(T)                                                          \
+  TF_LSTM_REGISTER(CPUDevice, tensorflow::DEVICE_CPU, , T)                                \
+  REGISTER_KERNEL_BUILDER(                                                                \
+      Name("TfLstm>BlockLSTMFullGradGrad").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
+      BlockLSTMFullGradGradOp<T>);
 TF_CALL_half(TF_LSTM_REGISTER_CPU);
 TF_CALL_bfloat16(TF_LSTM_REGISTER_CPU);
 TF_CALL_float(TF_LSTM_REGISTER_CPU);

@@ -1,7 +1,7 @@
-// Op definitions: the seven LSTM block ops under our namespace (a core name would be silently
-// ignored by TF's loader): TF's six, with TF's exact input, output and attr names, and our own
-// BlockLSTMFullGrad (docs/block_lstm.md §6.5); and shape functions that merge every fact about
-// B, I, H visible at graph construction.
+// Op definitions: the eight LSTM block ops under our namespace (a core name would be silently
+// ignored by TF's loader): TF's six, with TF's exact input, output and attr names, our own
+// BlockLSTMFullGrad (docs/block_lstm.md §6.5) and its gradient BlockLSTMFullGradGrad (§7.2); and
+// shape functions that merge every fact about B, I, H visible at graph construction.
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -117,17 +117,18 @@ absl::Status SequenceShape(InferenceContext* c) {
   return absl::OkStatus();
 }
 
-absl::Status SequenceGradShape(InferenceContext* c) {
+// The sizes of a sequence gradient op (inputs: seq_len_max, the eight forward inputs, then
+// `sequence_inputs` [T, B, H] activations and output gradients) and its eight results' shapes
+// (each like its input 1 + k, merged with what the sizes say).
+absl::Status SequenceGradResults(InferenceContext* c, int sequence_inputs,
+                                 ShapeHandle (&results)[8]) {
   TF_RETURN_IF_ERROR(SeqLenMaxIsScalar(c));
   Dims d;
   TF_RETURN_IF_ERROR(InferLstmDims(c, 1, 3, /*check_peephole_len=*/true, &d));
-  // The activations and the output gradients (all inputs after b) are [T, B, H].
-  TF_RETURN_IF_ERROR(
-      MergeInputs(c, 9, c->num_inputs() - 9, c->MakeShape({d.time, d.batch, d.cell})));
+  TF_RETURN_IF_ERROR(MergeInputs(c, 9, sequence_inputs, c->MakeShape({d.time, d.batch, d.cell})));
   DimensionHandle rows, gates;
   TF_RETURN_IF_ERROR(c->Add(d.input, d.cell, &rows));
   TF_RETURN_IF_ERROR(c->Multiply(d.cell, 4, &gates));
-  // Each gradient is shaped like its input (1 + k), merged with what the sizes say.
   const ShapeHandle derived[8] = {c->MakeShape({d.time, d.batch, d.input}),
                                   c->Matrix(d.batch, d.cell),
                                   c->Matrix(d.batch, d.cell),
@@ -136,7 +137,30 @@ absl::Status SequenceGradShape(InferenceContext* c) {
                                   c->Vector(d.cell),
                                   c->Vector(d.cell),
                                   c->Vector(gates)};
-  for (int k = 0; k < 8; ++k) TF_RETURN_IF_ERROR(SetMerged(c, k, 1 + k, derived[k]));
+  for (int k = 0; k < 8; ++k) {
+    TF_RETURN_IF_ERROR(c->Merge(c->input(1 + k), derived[k], &results[k]));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SequenceGradShape(InferenceContext* c) {
+  ShapeHandle results[8];
+  TF_RETURN_IF_ERROR(SequenceGradResults(c, c->num_inputs() - 9, results));
+  for (int k = 0; k < 8; ++k) c->set_output(k, results[k]);
+  return absl::OkStatus();
+}
+
+// BlockLSTMFullGradGrad: the cotangents of BlockLSTMFullGrad's eight results (inputs 23..30)
+// are shaped like them; each result is shaped like the input it is the gradient for (1..22).
+absl::Status SequenceGradGradShape(InferenceContext* c) {
+  ShapeHandle results[8];
+  TF_RETURN_IF_ERROR(SequenceGradResults(c, 14, results));
+  for (int k = 0; k < 8; ++k) {
+    ShapeHandle merged;
+    TF_RETURN_IF_ERROR(c->Merge(c->input(23 + k), results[k], &merged));
+    c->set_output(k, merged);
+  }
+  for (int k = 8; k < 22; ++k) c->set_output(k, c->input(1 + k));
   return absl::OkStatus();
 }
 
@@ -301,5 +325,66 @@ REGISTER_OP("TfLstm>BlockLSTMFullGrad")
     .Attr(kTypes)
     .SetShapeFn(SequenceGradShape)
     .Doc("Backward of BlockLSTM/V2 w.r.t. all seven outputs (i, cs, f, o, ci, co, h).");
+
+REGISTER_OP("TfLstm>BlockLSTMFullGradGrad")
+    .Input("seq_len_max: int64")
+    .Input("x: T")
+    .Input("cs_prev: T")
+    .Input("h_prev: T")
+    .Input("w: T")
+    .Input("wci: T")
+    .Input("wcf: T")
+    .Input("wco: T")
+    .Input("b: T")
+    .Input("i: T")
+    .Input("cs: T")
+    .Input("f: T")
+    .Input("o: T")
+    .Input("ci: T")
+    .Input("co: T")
+    .Input("h: T")
+    .Input("i_grad: T")
+    .Input("cs_grad: T")
+    .Input("f_grad: T")
+    .Input("o_grad: T")
+    .Input("ci_grad: T")
+    .Input("co_grad: T")
+    .Input("h_grad: T")
+    .Input("d_x_grad: T")
+    .Input("d_cs_prev_grad: T")
+    .Input("d_h_prev_grad: T")
+    .Input("d_w_grad: T")
+    .Input("d_wci_grad: T")
+    .Input("d_wcf_grad: T")
+    .Input("d_wco_grad: T")
+    .Input("d_b_grad: T")
+    .Output("d_x: T")
+    .Output("d_cs_prev: T")
+    .Output("d_h_prev: T")
+    .Output("d_w: T")
+    .Output("d_wci: T")
+    .Output("d_wcf: T")
+    .Output("d_wco: T")
+    .Output("d_b: T")
+    .Output("d_i: T")
+    .Output("d_cs: T")
+    .Output("d_f: T")
+    .Output("d_o: T")
+    .Output("d_ci: T")
+    .Output("d_co: T")
+    .Output("d_h: T")
+    .Output("d_i_grad: T")
+    .Output("d_cs_grad: T")
+    .Output("d_f_grad: T")
+    .Output("d_o_grad: T")
+    .Output("d_ci_grad: T")
+    .Output("d_co_grad: T")
+    .Output("d_h_grad: T")
+    .Attr("use_peephole: bool")
+    .Attr("gate_layout: {'ICFO', 'IFCO'}")
+    .Attr(kTypes)
+    .SetShapeFn(SequenceGradGradShape)
+    .Doc("Gradient of BlockLSTMFullGrad w.r.t. its 22 float inputs, given d_*_grad, the "
+         "gradients w.r.t. its eight outputs (docs/block_lstm.md §7.2).");
 
 }  // namespace tf_lstm_ops
