@@ -95,6 +95,9 @@ CASES = [  # (mode, L, direction, time_major, num_proj, lengths)
     ("rnn_relu", 1, "unidirectional", True, 0, [2, 3]),
     ("lstm", 2, "bidirectional", False, 1, [2, 1]),
     ("gru", 2, "bidirectional", True, 0, [1, 0]),
+    # LSTM without projection: rebuilt with BlockLSTMV2 (reverse_sequence, gathered states)
+    ("lstm", 2, "bidirectional", True, 0, [3, 0]),
+    ("lstm", 1, "bidirectional", False, 0, [1, 3]),
 ]
 
 
@@ -111,6 +114,12 @@ def test_v3_second_derivatives_match_finite_differences(rng, mode, L, direction,
     else:
         for _ in range(3):
             assert_directional_second_derivative_matches(rng, forward, inputs, dy, mode)
+
+
+def test_lstm_skip_input_second_derivatives_match_finite_differences(rng):
+    inputs, dy = model_inputs(rng, "lstm", direction="bidirectional", T=3)
+    forward = v3("lstm", tf.constant([3, 2]), direction="bidirectional", input_mode="skip_input")
+    assert_second_derivative_matches(forward, inputs, dy, "lstm")
 
 
 @pytest.mark.parametrize("op", ["CudnnRNN", "CudnnRNNV2", "tf.raw_ops.CudnnRNNV3"])

@@ -5,10 +5,12 @@ The Backprop ops compute a vector-Jacobian product g = J(θ)ᵀ v of the forward
 θ = (input, input_h, input_c, params) for v = (output_backprop, output_h_backprop,
 output_c_backprop). Their gradient for a cotangent u of g is, w.r.t. v, the Jacobian-vector
 product J(θ) u, and w.r.t. θ the second-order term ∂/∂θ ⟨J(θ)ᵀ v, u⟩. Both come from one double
-backpropagation through this module's forward (a `tf.scan` per layer and direction), so nested
-tapes, Hessian-vector products and `tf.autodiff.ForwardAccumulator` (whose JVPs transpose the
-gradient) work through every op of the family, to any order. It is a composite: a loop of small
-ops, at roughly the speed of Keras' own loop, not a fused kernel (docs/cudnn_rnn.md §7.4).
+backpropagation through this module's forward, so nested tapes, Hessian-vector products and
+`tf.autodiff.ForwardAccumulator` (whose JVPs transpose the gradient) work through every op of
+the family, to any order. An LSTM layer without projection is rebuilt as BlockLSTMV2, whose
+second derivatives are fused on the CPU (docs/block_lstm.md §7.2); every other mode and the
+projected LSTM as a `tf.scan` per layer and direction: a loop of small ops, at roughly the speed
+of Keras' own loop (docs/cudnn_rnn.md §7.4).
 
 The saved `output`, `output_h`, `output_c` and `reserve_space` inputs get no gradient: the
 composite recomputes them from θ, so the total derivative is already in θ's gradient.
@@ -17,7 +19,7 @@ composite recomputes them from θ, so the total derivative is already in θ's gr
 import tensorflow as tf
 
 from tf_lstm_ops._gradients._common import in_compute_type, string_attr
-from tf_lstm_ops._loader import OP_NAMESPACE
+from tf_lstm_ops._loader import OP_NAMESPACE, library
 
 _GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
 
@@ -123,36 +125,67 @@ class _Model:
         layers = self.unpack(params)
         final_h, final_c = [], []
         inputs = x
+        # An LSTM without projection runs as BlockLSTMV2, so that its second derivatives are
+        # the fused ones (docs/block_lstm.md §7.2), not a scan's.
+        layer_fn = self._block_layer if self.mode == "lstm" and not self.P else self._scan_layer
         for layer in range(self.L):
             outputs = []
             for d in range(self.D):
                 p = layer * self.D + d
-                weights = layers[p]
-
-                def cell(carry, elems, weights=weights):
-                    h, c, _ = carry
-                    x_t, valid_t = elems
-                    h_new, c_new = self.step(weights, x_t, h, c)
-                    return (tf.where(valid_t, h_new, h), tf.where(valid_t, c_new, c),
-                            tf.where(valid_t, h_new, tf.zeros_like(h_new)))
-
-                init = (h0_tm[p], c0_tm[p], tf.zeros_like(h0_tm[p]))
-                hs, cs, ys = tf.scan(cell, (inputs, valid), initializer=init, reverse=d == 1)
+                ys, h_n, c_n = layer_fn(layers[p], inputs, valid, lengths, h0_tm[p], c0_tm[p],
+                                        d == 1)
                 outputs.append(ys)
-                # the carry after the last processed step (t = T-1 forward, t = 0 backward;
-                # the initial state when T = 0)
-                if d == 0:
-                    final_h.append(tf.concat([init[0][None], hs], 0)[-1])
-                    final_c.append(tf.concat([init[1][None], cs], 0)[-1])
-                else:
-                    final_h.append(tf.concat([hs, init[0][None]], 0)[0])
-                    final_c.append(tf.concat([cs, init[1][None]], 0)[0])
+                final_h.append(h_n)
+                final_c.append(c_n)
             inputs = tf.concat(outputs, axis=2) if self.D == 2 else outputs[0]
         output_h = tf.reshape(tf.stack(final_h), tf.shape(h0))
         output_c = tf.reshape(tf.stack(final_c), tf.shape(c0)) if lstm else c0
         if not self.time_major:
             inputs = tf.transpose(inputs, [1, 0, 2])
         return inputs, output_h, output_c
+
+    def _scan_layer(self, weights, inputs, valid, lengths, h0, c0, reverse):
+        """One layer and direction as a `tf.scan` of step(): (outputs, final h, final c)."""
+        del lengths  # `valid` holds them
+        def cell(carry, elems):
+            h, c, _ = carry
+            x_t, valid_t = elems
+            h_new, c_new = self.step(weights, x_t, h, c)
+            return (tf.where(valid_t, h_new, h), tf.where(valid_t, c_new, c),
+                    tf.where(valid_t, h_new, tf.zeros_like(h_new)))
+
+        hs, cs, ys = tf.scan(cell, (inputs, valid), initializer=(h0, c0, tf.zeros_like(h0)),
+                             reverse=reverse)
+        # the carry after the last processed step (t = T-1 forward, t = 0 backward; the initial
+        # state when T = 0)
+        if not reverse:
+            return ys, tf.concat([h0[None], hs], 0)[-1], tf.concat([c0[None], cs], 0)[-1]
+        return ys, tf.concat([hs, h0[None]], 0)[0], tf.concat([cs, c0[None]], 0)[0]
+
+    def _block_layer(self, weights, inputs, valid, lengths, h0, c0, reverse):
+        """One LSTM layer and direction without projection as BlockLSTMV2: cuDNN's gate order
+        i, f, g, o is its IFCO layout, the two biases add, no forget bias, clip or peepholes
+        (docs/cudnn_rnn.md §4). Sequence lengths without a per-row trip count: the reverse
+        direction reverses each row's first `length` steps (tf.reverse_sequence); steps past a
+        row's length run on zero inputs (never NaN), influence no earlier step, are zeroed in the
+        output, and the final state is gathered at each row's length."""
+        w, r, _, bias_w, bias_r = weights
+        if w is None:  # skip_input: each gate block receives x itself
+            w = tf.tile(tf.eye(self.H, dtype=inputs.dtype), [4, 1])
+        x = tf.where(valid, inputs, tf.zeros_like(inputs))
+        if reverse:
+            x = tf.reverse_sequence(x, lengths, seq_axis=0, batch_axis=1)
+        zeros = tf.zeros([self.H], inputs.dtype)
+        out = library.op("BlockLSTMV2")(
+            seq_len_max=tf.cast(tf.shape(x)[0], tf.int64), x=x, cs_prev=c0, h_prev=h0,
+            w=tf.concat([tf.transpose(w), tf.transpose(r)], 0), wci=zeros, wcf=zeros, wco=zeros,
+            b=bias_w + bias_r, cell_clip=0.0, use_peephole=False)
+        ys = tf.reverse_sequence(out.h, lengths, seq_axis=0, batch_axis=1) if reverse else out.h
+        # state k of [initial, after step 0, ...] is the state after k steps
+        at_length = tf.stack([lengths, tf.range(tf.shape(x)[1], dtype=lengths.dtype)], 1)
+        final_h = tf.gather_nd(tf.concat([h0[None], out.h], 0), at_length)
+        final_c = tf.gather_nd(tf.concat([c0[None], out.cs], 0), at_length)
+        return tf.where(valid, ys, tf.zeros_like(ys)), final_h, final_c
 
 
 def _backprop_grad(op, grads, version):
