@@ -552,14 +552,44 @@ def test_the_fused_gradient_of_the_backward_checks_seq_len_max(rng):
         fused_full_grad_grad(args, 5, "IFCO", False)
 
 
-def test_the_fused_op_is_chosen_only_where_it_has_a_kernel():
-    from tf_lstm_ops._gradients.block_lstm_composite import _fused_runs_here
+def test_the_fused_path_is_chosen_only_where_it_has_a_kernel():
+    from tf_lstm_ops._gradients._common import runs_on_cpu
 
-    class Placed:
-        def __init__(self, device):
-            self.device = device
-            self.inputs = [None, None]
+    class Placed:  # a graph op: its device; eager: none, its outputs' device
+        def __init__(self, device="", outputs=()):
+            self.outputs = list(outputs)
+            if device is not None:
+                self.device = device
 
-    assert _fused_runs_here(Placed("/job:localhost/replica:0/task:0/device:CPU:0"))
-    assert not _fused_runs_here(Placed("/job:localhost/replica:0/task:0/device:GPU:0"))
-    assert not _fused_runs_here(Placed("/device:GPU:1"))
+    assert runs_on_cpu(Placed("/job:localhost/replica:0/task:0/device:CPU:0"))
+    assert not runs_on_cpu(Placed("/job:localhost/replica:0/task:0/device:GPU:0"))
+    assert not runs_on_cpu(Placed("/device:GPU:1"))
+    assert runs_on_cpu(Placed(None, [tf.constant(1.0)]))  # eager, ran here (no GPU)
+    # no device type: whether the process sees a GPU
+    no_gpu = not tf.config.list_logical_devices("GPU")
+    assert runs_on_cpu(Placed("/job:worker/task:0")) == no_gpu
+    assert runs_on_cpu(Placed("")) == no_gpu
+
+
+@pytest.mark.parametrize("T,B,I,H,L", [(0, 2, 3, 4, 0), (3, 0, 3, 4, 2), (3, 2, 0, 4, 3),
+                                       (1, 0, 0, 2, 1), (3, 2, 3, 0, 2), (2, 2, 1, 3, 0)])
+def test_the_fused_gradient_of_the_backward_with_empty_sizes(rng, T, B, I, H, L):
+    args = full_grad_grad_args(rng, "IFCO", True, T=T, B=B, I=I, H=H)
+    fused = fused_full_grad_grad(args, L, "IFCO", True)
+    expected = composite_full_grad_grad(args, L, "IFCO", True)
+    for name, got, want in zip(FULL_GRAD_INPUTS, fused, expected):
+        assert got.shape == args[name].shape, name
+        np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-12, err_msg=name)
+
+
+def test_the_fused_gradient_of_the_backward_never_reads_steps_past_seq_len_max(rng):
+    args = full_grad_grad_args(rng, "ICFO", True, T=5)
+    clean = fused_full_grad_grad(args, 3, "ICFO", True)
+    poisoned = dict(args)
+    for name in FULL_GRAD_INPUTS[8:] + ("d_x_grad",):
+        value = args[name].numpy().copy()
+        value[3:] = np.nan
+        poisoned[name] = tf.constant(value)
+    for name, got, want in zip(FULL_GRAD_INPUTS, fused_full_grad_grad(poisoned, 3, "ICFO", True),
+                               clean):
+        np.testing.assert_array_equal(got, want, err_msg=name)

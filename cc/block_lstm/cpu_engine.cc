@@ -9,12 +9,16 @@
 // sequence's when they are kept in place, else each chunk's. half/bfloat16 compute in float
 // (GEMMs accumulate in float).
 //
-// Memory: float and double keep no sequence-sized scratch. The forward writes the input
+// Memory: the forward and backward keep no sequence-sized scratch in float and double (the
+// backward's gradient does: below). The forward writes the input
 // projection straight into the i, f, ci, o outputs; the backward, when TensorFlow lets it take
 // over the saved i, f, ci, o (ReusableGates: the caller's decision), stores each gate's gradient
 // in place of the gate and uses the not-yet-written x_grad and w_grad outputs as the sweep's
 // scratch.
-// Otherwise it keeps dgates for one chunk of steps at a time.
+// Otherwise it keeps dgates for one chunk of steps at a time. The backward's gradient
+// (LstmBackwardGrad) keeps every step's dgates, their cotangents and the total dh, dcs in the
+// compute type (10·T·B·H values), and for half/bfloat16 compute-type copies of its sequence
+// inputs and results as well.
 #include "cc/block_lstm/cpu_engine.h"
 
 #include <algorithm>
@@ -685,41 +689,6 @@ bool CellBackwardWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims
   return true;
 }
 
-// Whether all n values are zero (either sign).
-template <typename A>
-bool AllZero(const A* p, int64_t n) {
-  return std::all_of(p, p + n, [](A v) { return v == A(0); });
-}
-
-// Where an engine computing in A writes a result of storage type T: the result itself when
-// T == A, otherwise a scratch buffer converted into it by Finish().
-template <typename T, typename A>
-class ResultsInAcc {
- public:
-  explicit ResultsInAcc(Scratch& scratch) : scratch_(scratch) {}
-  A* operator()(T* result, int64_t n) {
-    if constexpr (std::is_same_v<T, A>) {
-      return result;
-    } else {
-      A* acc = scratch_.Take<A>(n);
-      if (acc != nullptr) pending_.push_back({acc, result, n});
-      return acc;
-    }
-  }
-  void Finish(const CPUDevice& d) const {
-    for (const Pending& p : pending_) Convert(d, p.acc, p.result, p.n);
-  }
-
- private:
-  struct Pending {
-    A* acc;
-    T* result;
-    int64_t n;
-  };
-  Scratch& scratch_;
-  std::vector<Pending> pending_;
-};
-
 template <typename T>
 bool BackwardGradWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims,
                       const LstmAttrs& attrs, int64_t seq_len_max, const LstmInputs<T>& in,
@@ -730,8 +699,8 @@ bool BackwardGradWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims
   const int64_t B = dims.batch, I = dims.input, H = dims.cell, G = 4 * H, L = seq_len_max;
   const int64_t step = B * H, seq = L * step;
   const bool nothing_ran = L == 0 || step == 0;
-  auto sequences = [](const auto& set) {
-    return std::vector<T*>{set.i, set.cs, set.f, set.o, set.ci, set.co, set.h};
+  auto sequences = [](const auto& set) {  // a set's seven pointers, in order
+    return std::vector{set.i, set.cs, set.f, set.o, set.ci, set.co, set.h};
   };
 
   if (!scratch.counting()) {
@@ -764,9 +733,7 @@ bool BackwardGradWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims
   LstmActivations<const A*> a{}, og{};
   const A** a_seq[7] = {&a.i, &a.cs, &a.f, &a.o, &a.ci, &a.co, &a.h};
   const A** og_seq[7] = {&og.i, &og.cs, &og.f, &og.o, &og.ci, &og.co, &og.h};
-  const std::vector<const T*> act_in{act.i, act.cs, act.f, act.o, act.ci, act.co, act.h};
-  const std::vector<const T*> og_in{out_grads.i,  out_grads.cs, out_grads.f, out_grads.o,
-                                    out_grads.ci, out_grads.co, out_grads.h};
+  const std::vector<const T*> act_in = sequences(act), og_in = sequences(out_grads);
   for (int k = 0; k < 7; ++k) {
     *a_seq[k] = acc(act_in[k], seq);
     *og_seq[k] = acc(og_in[k], seq);
@@ -827,6 +794,14 @@ bool BackwardGradWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims
   auto with_peephole = [&](auto fn) {
     return use_peephole ? fn(std::true_type{}) : fn(std::false_type{});
   };
+  // Element j of a step row's saved activations and direct output gradients, as the cell
+  // functions take them.
+  auto cell_activations = [](const LstmActivations<const A*>& r, int64_t j) {
+    return CellActivations<A>{r.i[j], r.cs[j], r.f[j], r.o[j], r.ci[j], r.co[j], A(0)};
+  };
+  auto direct_grads = [](const LstmActivations<const A*>& r, int64_t j) {
+    return ActivationGradients<A>{r.i[j], r.f[j], r.o[j], r.ci[j], r.co[j]};
+  };
 
   // 1. The backward again, keeping every step's dgates and total dh, dcs (docs/block_lstm.md §6).
   Fill(d, carry_c, step, A(0));
@@ -850,11 +825,9 @@ bool BackwardGradWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims
           dh_r[j] = dh;
           dcs_r[j] = dcs;
           const CellGradients<A> g = CellBackward<A>(
-              kPeephole,
-              {act_r.i[j], act_r.cs[j], act_r.f[j], act_r.o[j], act_r.ci[j], act_r.co[j], A(0)},
-              csb[j], kPeephole ? peep.wci[j] : A(0), kPeephole ? peep.wcf[j] : A(0),
-              kPeephole ? peep.wco[j] : A(0), dcs, dh,
-              {og_r.i[j], og_r.f[j], og_r.o[j], og_r.ci[j], og_r.co[j]});
+              kPeephole, cell_activations(act_r, j), csb[j], kPeephole ? peep.wci[j] : A(0),
+              kPeephole ? peep.wcf[j] : A(0), kPeephole ? peep.wco[j] : A(0), dcs, dh,
+              direct_grads(og_r, j));
           d_i[j] = g.d_i;
           d_c[j] = g.d_c;
           d_f[j] = g.d_f;
@@ -910,11 +883,9 @@ bool BackwardGradWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims
 #pragma GCC ivdep
         for (int64_t j = j0; j < j1; ++j) {
           const CellBackwardCotangents<A> r = CellBackwardAdjoint<A>(
-              kPeephole,
-              {act_r.i[j], act_r.cs[j], act_r.f[j], act_r.o[j], act_r.ci[j], act_r.co[j], A(0)},
-              csb[j], kPeephole ? peep.wci[j] : A(0), kPeephole ? peep.wcf[j] : A(0),
-              kPeephole ? peep.wco[j] : A(0), dcs_r[j], dh_r[j],
-              {og_r.i[j], og_r.f[j], og_r.o[j], og_r.ci[j], og_r.co[j]},
+              kPeephole, cell_activations(act_r, j), csb[j], kPeephole ? peep.wci[j] : A(0),
+              kPeephole ? peep.wcf[j] : A(0), kPeephole ? peep.wco[j] : A(0), dcs_r[j],
+              dh_r[j], direct_grads(og_r, j),
               {g_i[j] + b_i[j], g_c[j] + b_c[j], g_f[j] + b_f[j], g_o[j] + b_o[j], c_cot[j]},
               kPeephole ? cot_wci[j] : A(0), kPeephole ? cot_wcf[j] : A(0),
               kPeephole ? cot_wco[j] : A(0));

@@ -72,10 +72,11 @@ bool LstmCellBackward(const CPUDevice& device, const LstmDims& dims, const LstmA
 
 // The gradient of LstmBackward (BlockLSTMFullGrad) w.r.t. each of its inputs, given the
 // cotangents of its eight results (`cot`, shaped like them): one reverse sweep recomputes the
-// backward's per-step state gradients and dgates, one forward sweep runs its adjoint
-// (docs/block_lstm.md §7.2), each with one [B, H] x [H, 4H] product per step; the rest are
-// whole-sequence products. `out_grads` must have all seven. Writes every result in `grads`
-// (zero past seq_len_max; b's, which the backward never reads, is zero).
+// backward's per-step state gradients and dgates (a [B, 4H] x [4H, H] product per step), one
+// forward sweep runs its adjoint (docs/block_lstm.md §7.2; a [B, H] x [H, 4H] product per
+// step); the rest are whole-sequence products. Keeps 10·T·B·H values of scratch in the compute
+// type (more for half/bfloat16: cpu_engine.cc). `out_grads` must have all seven. Writes every
+// result in `grads` (zero past seq_len_max; b's, which the backward never reads, is zero).
 template <typename T>
 size_t LstmBackwardGradScratchBytes(const CPUDevice& device, const LstmDims& dims,
                                     const LstmAttrs& attrs, int64_t seq_len_max);

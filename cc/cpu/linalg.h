@@ -134,6 +134,41 @@ const A* AsAcc(const CPUDevice& d, Scratch& scratch, const T* src, int64_t n) {
   }
 }
 
+// Whether all n values are zero (either sign).
+template <typename A>
+bool AllZero(const A* p, int64_t n) {
+  return std::all_of(p, p + n, [](A v) { return v == A(0); });
+}
+
+// Where an engine computing in A writes a result of storage type T (AsAcc's counterpart): the
+// result itself when T == A, otherwise a scratch buffer that Finish() converts into it.
+template <typename T, typename A>
+class ResultsInAcc {
+ public:
+  explicit ResultsInAcc(Scratch& scratch) : scratch_(scratch) {}
+  A* operator()(T* result, int64_t n) {
+    if constexpr (std::is_same_v<T, A>) {
+      return result;
+    } else {
+      A* acc = scratch_.Take<A>(n);
+      if (acc != nullptr) pending_.push_back({acc, result, n});
+      return acc;
+    }
+  }
+  void Finish(const CPUDevice& d) const {
+    for (const Pending& p : pending_) Convert(d, p.acc, p.result, p.n);
+  }
+
+ private:
+  struct Pending {
+    A* acc;
+    T* result;
+    int64_t n;
+  };
+  Scratch& scratch_;
+  std::vector<Pending> pending_;
+};
+
 template <typename T>
 void Fill(const CPUDevice& d, T* dst, int64_t n, T value) {
   ParallelFor(d, n, sizeof(T), 1, [&](int64_t begin, int64_t end) {

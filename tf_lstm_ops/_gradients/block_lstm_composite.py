@@ -19,7 +19,7 @@ fuse) and the fused op's own gradient (third order and up).
 
 import tensorflow as tf
 
-from tf_lstm_ops._gradients._common import in_compute_type, string_attr
+from tf_lstm_ops._gradients._common import in_compute_type, runs_on_cpu, string_attr
 from tf_lstm_ops._loader import OP_NAMESPACE, library
 
 _ACTIVATIONS = ("i", "cs", "f", "o", "ci", "co", "h")
@@ -81,8 +81,9 @@ def sequence_grad(seq_len_max, inputs, activations, grads, use_peephole, layout)
     width = x.shape[2] if x.shape[2] is not None else tf.shape(x)[2]  # static when known, so
     # the scan's carries keep one shape
     valid = tf.range(steps, dtype=tf.int64) < seq_len_max
-    cs_before = tf.concat([cs_prev[None], cs[:-1]], 0)  # the state each step starts from
-    h_before = tf.concat([h_prev[None], h[:-1]], 0)
+    # the state each step starts from (sliced after the concat, so that T = 0 gives none)
+    cs_before = tf.concat([cs_prev[None], cs], 0)[:-1]
+    h_before = tf.concat([h_prev[None], h], 0)[:-1]
 
     def step(carry, elems):
         carry_c, carry_h, _, _ = carry
@@ -145,18 +146,9 @@ def _lstm_block_cell_grad_grad(op, *grads):
     return _grad_of(op, grads, lambda t: cell_grad(t, op.get_attr("use_peephole")))
 
 
-def _fused_runs_here(op):
-    """Whether BlockLSTMFullGradGrad (CPU kernels only) runs where `op` does: on a CPU, or
-    unplaced in a process that sees no GPU. Elsewhere the composite runs (TF ops, any device)."""
-    device = getattr(op, "device", "") or op.inputs[1].device
-    if device:
-        return "CPU" in device.upper().rsplit("/", 1)[-1]
-    return not tf.config.list_logical_devices("GPU")
-
-
 _FULL_GRAD_INPUTS = (("x", "cs_prev", "h_prev", "w", "wci", "wcf", "wco", "b") + _ACTIVATIONS
                      + tuple(name + "_grad" for name in _ACTIVATIONS))
-_FULL_GRAD_OUTPUTS = _FULL_GRAD_INPUTS[:8]
+_FORWARD_INPUTS = _FULL_GRAD_INPUTS[:8]  # BlockLSTMFullGrad's results are their gradients
 
 
 def _fused_sequence_grad_grad(op, grads, layout, full):
@@ -167,7 +159,7 @@ def _fused_sequence_grad_grad(op, grads, layout, full):
         zero = tf.zeros_like(inputs[16])
         inputs = inputs[:16] + [zero, inputs[16], zero, zero, zero, zero, inputs[17]]
     args = dict(zip(_FULL_GRAD_INPUTS, inputs[1:]))
-    for name, grad, out in zip(_FULL_GRAD_OUTPUTS, grads, op.outputs):
+    for name, grad, out in zip(_FORWARD_INPUTS, grads, op.outputs):
         args["d_" + name + "_grad"] = tf.zeros_like(out) if grad is None else grad
     result = library.op("BlockLSTMFullGradGrad")(
         seq_len_max=inputs[0], use_peephole=op.get_attr("use_peephole"), gate_layout=layout,
@@ -177,7 +169,7 @@ def _fused_sequence_grad_grad(op, grads, layout, full):
 
 
 def _sequence_grad_grad(op, grads, layout, full):
-    if _fused_runs_here(op):
+    if runs_on_cpu(op):  # BlockLSTMFullGradGrad has CPU kernels only
         return _fused_sequence_grad_grad(op, grads, layout, full)
 
     def composite(t):

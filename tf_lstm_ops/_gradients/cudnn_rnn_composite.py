@@ -18,7 +18,7 @@ composite recomputes them from θ, so the total derivative is already in θ's gr
 
 import tensorflow as tf
 
-from tf_lstm_ops._gradients._common import in_compute_type, string_attr
+from tf_lstm_ops._gradients._common import in_compute_type, runs_on_cpu, string_attr
 from tf_lstm_ops._loader import OP_NAMESPACE, library
 
 _GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
@@ -38,6 +38,9 @@ class _Model:
 
     def __init__(self, op, version):
         self.mode = string_attr(op, "rnn_mode")
+        # BlockLSTMV2's second derivatives are fused on the CPU only: elsewhere the scan, which
+        # stays on the op's device
+        self.lstm_by_block = self.mode == "lstm" and runs_on_cpu(op)
         self.G = _GATES[self.mode]
         self.D = 2 if string_attr(op, "direction") == "bidirectional" else 1
         self.time_major = op.get_attr("time_major") if version == 3 else True
@@ -125,9 +128,9 @@ class _Model:
         layers = self.unpack(params)
         final_h, final_c = [], []
         inputs = x
-        # An LSTM without projection runs as BlockLSTMV2, so that its second derivatives are
-        # the fused ones (docs/block_lstm.md §7.2), not a scan's.
-        layer_fn = self._block_layer if self.mode == "lstm" and not self.P else self._scan_layer
+        # On the CPU an LSTM without projection runs as BlockLSTMV2, so that its second
+        # derivatives are the fused ones (docs/block_lstm.md §7.2), not a scan's.
+        layer_fn = self._block_layer if self.lstm_by_block and not self.P else self._scan_layer
         for layer in range(self.L):
             outputs = []
             for d in range(self.D):

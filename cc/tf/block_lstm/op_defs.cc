@@ -119,13 +119,15 @@ absl::Status SequenceShape(InferenceContext* c) {
 
 // The sizes of a sequence gradient op (inputs: seq_len_max, the eight forward inputs, then
 // `sequence_inputs` [T, B, H] activations and output gradients) and its eight results' shapes
-// (each like its input 1 + k, merged with what the sizes say).
+// (each like its input 1 + k, merged with what the sizes say); `sequence`: [T, B, H].
 absl::Status SequenceGradResults(InferenceContext* c, int sequence_inputs,
-                                 ShapeHandle (&results)[8]) {
+                                 ShapeHandle (&results)[8], ShapeHandle* sequence = nullptr) {
   TF_RETURN_IF_ERROR(SeqLenMaxIsScalar(c));
   Dims d;
   TF_RETURN_IF_ERROR(InferLstmDims(c, 1, 3, /*check_peephole_len=*/true, &d));
-  TF_RETURN_IF_ERROR(MergeInputs(c, 9, sequence_inputs, c->MakeShape({d.time, d.batch, d.cell})));
+  const ShapeHandle tbh = c->MakeShape({d.time, d.batch, d.cell});
+  TF_RETURN_IF_ERROR(MergeInputs(c, 9, sequence_inputs, tbh));
+  if (sequence != nullptr) *sequence = tbh;
   DimensionHandle rows, gates;
   TF_RETURN_IF_ERROR(c->Add(d.input, d.cell, &rows));
   TF_RETURN_IF_ERROR(c->Multiply(d.cell, 4, &gates));
@@ -153,14 +155,14 @@ absl::Status SequenceGradShape(InferenceContext* c) {
 // BlockLSTMFullGradGrad: the cotangents of BlockLSTMFullGrad's eight results (inputs 23..30)
 // are shaped like them; each result is shaped like the input it is the gradient for (1..22).
 absl::Status SequenceGradGradShape(InferenceContext* c) {
-  ShapeHandle results[8];
-  TF_RETURN_IF_ERROR(SequenceGradResults(c, 14, results));
+  ShapeHandle results[8], tbh;
+  TF_RETURN_IF_ERROR(SequenceGradResults(c, 14, results, &tbh));
   for (int k = 0; k < 8; ++k) {
     ShapeHandle merged;
     TF_RETURN_IF_ERROR(c->Merge(c->input(23 + k), results[k], &merged));
     c->set_output(k, merged);
   }
-  for (int k = 8; k < 22; ++k) c->set_output(k, c->input(1 + k));
+  for (int k = 8; k < 22; ++k) TF_RETURN_IF_ERROR(SetMerged(c, k, 1 + k, tbh));
   return absl::OkStatus();
 }
 
