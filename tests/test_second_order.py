@@ -593,3 +593,23 @@ def test_the_fused_gradient_of_the_backward_never_reads_steps_past_seq_len_max(r
     for name, got, want in zip(FULL_GRAD_INPUTS, fused_full_grad_grad(poisoned, 3, "ICFO", True),
                                clean):
         np.testing.assert_array_equal(got, want, err_msg=name)
+
+
+def test_block_lstm_jvp_matches_finite_differences(rng):
+    # forward mode through BlockLSTMV2: TensorFlow transposes the registered gradient, whose own
+    # gradient is the fused BlockLSTMFullGradGrad on the CPU
+    values = block_inputs(rng, T=4)
+    theta = [values[k] for k in BLOCK_INPUTS]
+    direction = [tf.constant(rng.standard_normal(t.shape)) for t in theta]
+
+    def loss(*t):
+        out = raw.BlockLSTMV2(seq_len_max=tf.constant(3, tf.int64), use_peephole=True,
+                              cell_clip=0.0, **dict(zip(BLOCK_INPUTS, t)))
+        return tf.reduce_sum(tf.sin(out.h)) + tf.reduce_sum(out.cs ** 2)
+
+    with tf.autodiff.ForwardAccumulator(theta, direction) as acc:
+        value = loss(*theta)
+    eps = 1e-6
+    numeric = (loss(*[t + eps * d for t, d in zip(theta, direction)])
+               - loss(*[t - eps * d for t, d in zip(theta, direction)])) / (2 * eps)
+    np.testing.assert_allclose(acc.jvp(value), numeric, rtol=1e-7)
