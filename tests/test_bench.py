@@ -131,7 +131,10 @@ def test_hvp_contenders_run_only_when_asked_for():
     assert not any(key.endswith("_hvp") for key in default)
     args = bench.parse_args(["--hvp"])
     assert args.contenders == list(HVP_CONTENDERS) and args.baseline == "ours_cudnn_hvp"
-    assert {c.key for c in contenders_for("gru", args.contenders)} == set(HVP_CONTENDERS)
+    assert {c.key for c in contenders_for("lstm", args.contenders)} == set(HVP_CONTENDERS)
+    # the block op is LSTM-only
+    assert {c.key for c in contenders_for("gru", args.contenders)} == set(HVP_CONTENDERS) - {
+        "ours_block", "ours_block_hvp"}
     args = bench.parse_args(["--hvp", "--contenders", "keras_hvp", "--baseline", "keras_hvp"])
     assert args.contenders == ["keras_hvp"] and args.baseline == "keras_hvp"
 

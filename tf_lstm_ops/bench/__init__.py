@@ -16,8 +16,9 @@ For every case (family x dtype x shape (T, B, I, H)) each contender times some o
   fwd+bwd  forward and backward in one tf.function (or one torch step), as a training step uses
            them; the tape rows take tf.GradientTape's gradient w.r.t. the inputs and weights.
   hvp      (--hvp, or the *_hvp contenders by name) one Hessian-vector product w.r.t. the weights,
-           d/dw <d loss/dw, v>, by double backpropagation in one tf.function: CudnnRNNV3 and the
-           Keras layers, ours and Keras'. Counted as two fwd+bwd steps in GFLOP/s.
+           d/dw <d loss/dw, v>, by double backpropagation in one tf.function: BlockLSTMV2 (LSTM),
+           CudnnRNNV3 and the Keras layers, ours and Keras'. Counted as two fwd+bwd steps in
+           GFLOP/s.
 
 Every TensorFlow callable is a tf.function with pre-made inputs; one element of every result is
 read back to the host (`.numpy()`), so each call has really finished. The first call of every
