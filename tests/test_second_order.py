@@ -387,6 +387,17 @@ def test_lstm_block_cell_grad_has_a_gradient(rng, use_peephole):
         np.testing.assert_allclose(a, n, atol=1e-8, err_msg=name)
 
 
+def assert_jvp_matches_central_differences(loss, theta, direction):
+    """ForwardAccumulator's JVP of the scalar loss(*theta) along `direction`, against central
+    differences."""
+    with tf.autodiff.ForwardAccumulator(theta, direction) as acc:
+        value = loss(*theta)
+    eps = 1e-6
+    numeric = (loss(*[t + eps * d for t, d in zip(theta, direction)])
+               - loss(*[t - eps * d for t, d in zip(theta, direction)])) / (2 * eps)
+    np.testing.assert_allclose(acc.jvp(value), numeric, rtol=1e-7)
+
+
 def test_lstm_block_cell_jvp_matches_finite_differences(rng):
     values = block_inputs(rng, T=1)
     values["x"] = values["x"][0]
@@ -397,12 +408,7 @@ def test_lstm_block_cell_jvp_matches_finite_differences(rng):
         out = raw.LSTMBlockCell(use_peephole=True, cell_clip=0.0, **dict(zip(BLOCK_INPUTS, t)))
         return tf.reduce_sum(tf.sin(out.h)) + tf.reduce_sum(out.cs ** 2)
 
-    with tf.autodiff.ForwardAccumulator(theta, direction) as acc:
-        value = loss(*theta)
-    eps = 1e-6
-    numeric = (loss(*[t + eps * d for t, d in zip(theta, direction)])
-               - loss(*[t - eps * d for t, d in zip(theta, direction)])) / (2 * eps)
-    np.testing.assert_allclose(acc.jvp(value), numeric, rtol=1e-7)
+    assert_jvp_matches_central_differences(loss, theta, direction)
 
 
 def test_block_lstm_sixteen_bit_second_derivatives_run(rng):
@@ -607,9 +613,4 @@ def test_block_lstm_jvp_matches_finite_differences(rng):
                               cell_clip=0.0, **dict(zip(BLOCK_INPUTS, t)))
         return tf.reduce_sum(tf.sin(out.h)) + tf.reduce_sum(out.cs ** 2)
 
-    with tf.autodiff.ForwardAccumulator(theta, direction) as acc:
-        value = loss(*theta)
-    eps = 1e-6
-    numeric = (loss(*[t + eps * d for t, d in zip(theta, direction)])
-               - loss(*[t - eps * d for t, d in zip(theta, direction)])) / (2 * eps)
-    np.testing.assert_allclose(acc.jvp(value), numeric, rtol=1e-7)
+    assert_jvp_matches_central_differences(loss, theta, direction)

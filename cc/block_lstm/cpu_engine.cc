@@ -775,12 +775,10 @@ bool BackwardGradWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims
 
   const GateBlocks blk = BlocksOf(attrs.layout);
   const bool use_peephole = attrs.use_peephole;
-  // A set's pointers at element e0 (a step's batch row), so that the per-unit loops below index
-  // plain local pointers and vectorise.
-  auto row_of = [](const auto& set, int64_t e0) {
-    auto at = [e0](auto* p) { return p == nullptr ? p : p + e0; };
-    return LstmActivations<decltype(at(set.i))>{at(set.i),  at(set.cs), at(set.f), at(set.o),
-                                                at(set.ci), at(set.co), at(set.h)};
+  // A set's pointers at step t, batch row b: the per-unit loops below index plain local
+  // pointers, so they vectorise.
+  auto row_of = [&](const auto& set, int64_t t, int64_t b) {
+    return AtStep(AtStep(set, t, step), b, H);
   };
   auto state_before = [&](int64_t t) { return t == 0 ? cs_prev : a.cs + (t - 1) * step; };
   // Element-wise passes run over unit ranges [j0, j1) of every batch row, so each unit's
@@ -789,10 +787,6 @@ bool BackwardGradWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims
     ParallelFor(d, H, B * 40.0 * sizeof(A), B * cycles_per_row, [&](int64_t j0, int64_t j1) {
       for (int64_t b = 0; b < B; ++b) fn(b, j0, j1);
     });
-  };
-  // Runs fn(std::bool_constant<use_peephole>{}).
-  auto with_peephole = [&](auto fn) {
-    return use_peephole ? fn(std::true_type{}) : fn(std::false_type{});
   };
   // Element j of a step row's saved activations and direct output gradients, as the cell
   // functions take them.
@@ -806,14 +800,14 @@ bool BackwardGradWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims
   // 1. The backward again, keeping every step's dgates and total dh, dcs (docs/block_lstm.md §6).
   Fill(d, carry_c, step, A(0));
   Fill(d, carry_h, step, A(0));
-  with_peephole([&](auto peephole) {
+  WithFlags(use_peephole, [&](auto peephole) {
     constexpr bool kPeephole = decltype(peephole)::value;
     for (int64_t t = L - 1; t >= 0; --t) {
       A* dg = dgates + t * B * G;
       const A* cs_before = state_before(t);
       for_units(60.0, [&](int64_t b, int64_t j0, int64_t j1) {
         const int64_t e0 = t * step + b * H;
-        const LstmActivations<const A*> act_r = row_of(a, e0), og_r = row_of(og, e0);
+        const LstmActivations<const A*> act_r = row_of(a, t, b), og_r = row_of(og, t, b);
         const A* csb = cs_before + b * H;
         A *c_carry = carry_c + b * H, *h_carry = carry_h + b * H;
         A *dh_r = dh_seq + e0, *dcs_r = dcs_seq + e0;
@@ -859,7 +853,7 @@ bool BackwardGradWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims
   Fill(d, r_act.cs, seq, A(0));
   Fill(d, peep_sums, 3 * H, A(0));
   std::copy_n(cot_cs_prev, step, cs_prev_grad_cot);
-  with_peephole([&](auto peephole) {
+  WithFlags(use_peephole, [&](auto peephole) {
     constexpr bool kPeephole = decltype(peephole)::value;
     for (int64_t t = 0; t < L; ++t) {
       // The cotangent of the h gradient carried into step t: the op's h_prev_grad's at t = 0,
@@ -871,8 +865,8 @@ bool BackwardGradWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims
       A* cs_before_cot = t == 0 ? r_cs_prev : r_act.cs + (t - 1) * step;
       for_units(120.0, [&](int64_t b, int64_t j0, int64_t j1) {
         const int64_t e0 = t * step + b * H;
-        const LstmActivations<const A*> act_r = row_of(a, e0), og_r = row_of(og, e0);
-        const LstmActivations<A*> r_act_r = row_of(r_act, e0), r_og_r = row_of(r_og, e0);
+        const LstmActivations<const A*> act_r = row_of(a, t, b), og_r = row_of(og, t, b);
+        const LstmActivations<A*> r_act_r = row_of(r_act, t, b), r_og_r = row_of(r_og, t, b);
         const A *dh_r = dh_seq + e0, *dcs_r = dcs_seq + e0, *csb = cs_before + b * H;
         A *csb_cot = cs_before_cot + b * H, *c_cot = cs_prev_grad_cot + b * H;
         const A *g_i = dg_cot + b * G + blk.i * H, *b_i = cot_b + blk.i * H;

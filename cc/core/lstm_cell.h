@@ -171,8 +171,12 @@ TF_LSTM_HOST_DEVICE inline CellBackwardCotangents<Acc> CellBackwardAdjoint(
   return r;
 }
 
-// Calls fn(std::bool_constant<a>{}, std::bool_constant<b>{}) and returns its result: runtime
+// Calls fn(std::bool_constant<a>{}, std::bool_constant<b>{}, ...) and returns its result: runtime
 // flags become template arguments, so loops specialised on them carry no branches and vectorise.
+template <typename Fn>
+auto WithFlags(bool a, Fn fn) {
+  return a ? fn(std::true_type{}) : fn(std::false_type{});
+}
 template <typename Fn>
 auto WithFlags(bool a, bool b, Fn fn) {
   using Yes = std::true_type;

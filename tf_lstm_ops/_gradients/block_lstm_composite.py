@@ -20,9 +20,8 @@ fuse) and the fused op's own gradient (third order and up).
 import tensorflow as tf
 
 from tf_lstm_ops._gradients._common import in_compute_type, runs_on_cpu, string_attr
+from tf_lstm_ops._gradients.block_lstm import _INPUTS, _OUTPUTS as _ACTIVATIONS
 from tf_lstm_ops._loader import OP_NAMESPACE, library
-
-_ACTIVATIONS = ("i", "cs", "f", "o", "ci", "co", "h")
 
 
 def _place(layout, d_i, d_c, d_f, d_o):
@@ -146,9 +145,8 @@ def _lstm_block_cell_grad_grad(op, *grads):
     return _grad_of(op, grads, lambda t: cell_grad(t, op.get_attr("use_peephole")))
 
 
-_FULL_GRAD_INPUTS = (("x", "cs_prev", "h_prev", "w", "wci", "wcf", "wco", "b") + _ACTIVATIONS
-                     + tuple(name + "_grad" for name in _ACTIVATIONS))
-_FORWARD_INPUTS = _FULL_GRAD_INPUTS[:8]  # BlockLSTMFullGrad's results are their gradients
+# BlockLSTMFullGrad's float inputs; its results are the gradients of the first eight (_INPUTS)
+_FULL_GRAD_INPUTS = _INPUTS + _ACTIVATIONS + tuple(name + "_grad" for name in _ACTIVATIONS)
 
 
 def _fused_sequence_grad_grad(op, grads, layout, full):
@@ -159,7 +157,7 @@ def _fused_sequence_grad_grad(op, grads, layout, full):
         zero = tf.zeros_like(inputs[16])
         inputs = inputs[:16] + [zero, inputs[16], zero, zero, zero, zero, inputs[17]]
     args = dict(zip(_FULL_GRAD_INPUTS, inputs[1:]))
-    for name, grad, out in zip(_FORWARD_INPUTS, grads, op.outputs):
+    for name, grad, out in zip(_INPUTS, grads, op.outputs):
         args["d_" + name + "_grad"] = tf.zeros_like(out) if grad is None else grad
     result = library.op("BlockLSTMFullGradGrad")(
         seq_len_max=inputs[0], use_peephole=op.get_attr("use_peephole"), gate_layout=layout,

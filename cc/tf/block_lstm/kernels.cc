@@ -191,21 +191,9 @@ class BlockLSTMGradOp : public OpKernel {
 
   void Compute(OpKernelContext* ctx) override {
     CommonInputs in;
-    OP_REQUIRES_OK(ctx, in.Fetch(ctx));
     LstmDims dims;
-    OP_REQUIRES_OK(ctx, ValidateCommon(in, /*sequence=*/true, CellSizeFrom::kW,
-                                       /*check_peephole_len=*/true, &dims));
     int64_t seq_len_max;
-    OP_REQUIRES_OK(ctx, ValidateSeqLenMax(ctx->input(0), dims.time, &seq_len_max));
-    const NamedDim T_{dims.time, "time"}, B{dims.batch, "batch_size"}, H{dims.cell, "cell_size"};
-    OP_REQUIRES_OK(ctx, ValidateSameShape(ctx, {"i", "cs", "f", "o", "ci", "co", "h", "cs_grad",
-                                                "h_grad"},
-                                          {T_, B, H}));
-    if (kFull) {
-      OP_REQUIRES_OK(ctx, ValidateSameShape(ctx, {"i_grad", "f_grad", "o_grad", "ci_grad",
-                                                  "co_grad"},
-                                            {T_, B, H}));
-    }
+    OP_REQUIRES_OK(ctx, ValidateSequenceGrad(ctx, kFull, &in, &dims, &seq_len_max));
     LstmInputGrads<T> grads;
     OP_REQUIRES_OK(ctx, AllocateLike<Device>(ctx, "x_grad", *in.x, false, &grads.x));
     OP_REQUIRES_OK(ctx,
@@ -236,19 +224,14 @@ class BlockLSTMFullGradGradOp : public OpKernel {
 
   void Compute(OpKernelContext* ctx) override {
     CommonInputs in;
-    OP_REQUIRES_OK(ctx, in.Fetch(ctx));
     LstmDims dims;
-    OP_REQUIRES_OK(ctx, ValidateCommon(in, /*sequence=*/true, CellSizeFrom::kW,
-                                       /*check_peephole_len=*/true, &dims));
     int64_t seq_len_max;
-    OP_REQUIRES_OK(ctx, ValidateSeqLenMax(ctx->input(0), dims.time, &seq_len_max));
+    OP_REQUIRES_OK(ctx, ValidateSequenceGrad(ctx, /*all_output_grads=*/true, &in, &dims,
+                                             &seq_len_max));
+    // The gradients of BlockLSTMFullGrad's results, each shaped like that result.
     const NamedDim T_{dims.time, "time"}, B{dims.batch, "batch_size"}, H{dims.cell, "cell_size"};
     const NamedDim I{dims.input, "input_size"}, G{4 * dims.cell, "cell_size * 4"};
     const NamedDim rows{dims.input + dims.cell, "input_size + cell_size"};
-    OP_REQUIRES_OK(ctx, ValidateSameShape(ctx, {"i", "cs", "f", "o", "ci", "co", "h", "i_grad",
-                                                "cs_grad", "f_grad", "o_grad", "ci_grad",
-                                                "co_grad", "h_grad"},
-                                          {T_, B, H}));
     OP_REQUIRES_OK(ctx, ValidateSameShape(ctx, {"d_x_grad"}, {T_, B, I}));
     OP_REQUIRES_OK(ctx, ValidateSameShape(ctx, {"d_cs_prev_grad", "d_h_prev_grad"}, {B, H}));
     OP_REQUIRES_OK(ctx, ValidateSameShape(ctx, {"d_w_grad"}, {rows, G}));
@@ -258,10 +241,6 @@ class BlockLSTMFullGradGradOp : public OpKernel {
     auto input = [ctx](const char* name) {
       return NamedInput(ctx, name).template flat<T>().data();
     };
-    const LstmActivations<const T*> out_grads{input("i_grad"),  input("cs_grad"),
-                                              input("f_grad"),  input("o_grad"),
-                                              input("ci_grad"), input("co_grad"),
-                                              input("h_grad")};
     const LstmInputGrads<const T> cot{input("d_x_grad"),   input("d_cs_prev_grad"),
                                       input("d_h_prev_grad"), input("d_w_grad"),
                                       input("d_wci_grad"), input("d_wcf_grad"),
@@ -279,7 +258,8 @@ class BlockLSTMFullGradGradOp : public OpKernel {
         {out[15], out[16], out[17], out[18], out[19], out[20], out[21]}};
     OP_REQUIRES_OK(ctx, LstmBackwardGrad<CPUDevice, T>()(
                             ctx, dims, attrs_, seq_len_max, in.Pointers<T>(),
-                            ActivationInputs<T>(ctx, true), out_grads, cot, grads));
+                            ActivationInputs<T>(ctx, true), OutputGradInputs<T>(ctx, true), cot,
+                            grads));
   }
 
  private:

@@ -218,17 +218,21 @@ REGISTER_OP("TfLstm>LSTMBlockCellGrad")
     .SetShapeFn(CellGradShape)
     .Doc("Element-wise backward of one LSTMBlockCell step (dicfo in ICFO layout).");
 
+// The sequence ops' inputs: seq_len_max and the eight forward inputs (the gradient ops' first).
+#define TF_LSTM_SEQUENCE_INPUTS \
+  Input("seq_len_max: int64")   \
+      .Input("x: T")            \
+      .Input("cs_prev: T")      \
+      .Input("h_prev: T")       \
+      .Input("w: T")            \
+      .Input("wci: T")          \
+      .Input("wcf: T")          \
+      .Input("wco: T")          \
+      .Input("b: T")
+
 #define TF_LSTM_REGISTER_SEQUENCE_OP(NAME, ATTRS, DOC) \
   REGISTER_OP(NAME)                                    \
-      .Input("seq_len_max: int64")                     \
-      .Input("x: T")                                   \
-      .Input("cs_prev: T")                             \
-      .Input("h_prev: T")                              \
-      .Input("w: T")                                   \
-      .Input("wci: T")                                 \
-      .Input("wcf: T")                                 \
-      .Input("wco: T")                                 \
-      .Input("b: T")                                   \
+      .TF_LSTM_SEQUENCE_INPUTS                         \
       .Output("i: T")                                  \
       .Output("cs: T")                                 \
       .Output("f: T")                                  \
@@ -250,34 +254,33 @@ TF_LSTM_REGISTER_SEQUENCE_OP("TfLstm>BlockLSTMV2",
                              "LSTM over a time-major sequence, IFCO gate layout, no forget bias.");
 #undef TF_LSTM_REGISTER_SEQUENCE_OP
 
+// What every sequence gradient op takes first (seq_len_max, the eight forward inputs, the seven
+// saved activations) and the results of the three backward ops (a gradient per forward input).
+#define TF_LSTM_SEQUENCE_GRAD_HEAD \
+  TF_LSTM_SEQUENCE_INPUTS          \
+      .Input("i: T")               \
+      .Input("cs: T")              \
+      .Input("f: T")               \
+      .Input("o: T")               \
+      .Input("ci: T")              \
+      .Input("co: T")              \
+      .Input("h: T")
+#define TF_LSTM_SEQUENCE_GRAD_RESULTS \
+  Output("x_grad: T")                 \
+      .Output("cs_prev_grad: T")      \
+      .Output("h_prev_grad: T")       \
+      .Output("w_grad: T")            \
+      .Output("wci_grad: T")          \
+      .Output("wcf_grad: T")          \
+      .Output("wco_grad: T")          \
+      .Output("b_grad: T")
+
 #define TF_LSTM_REGISTER_SEQUENCE_GRAD_OP(NAME, DOC) \
   REGISTER_OP(NAME)                                  \
-      .Input("seq_len_max: int64")                   \
-      .Input("x: T")                                 \
-      .Input("cs_prev: T")                           \
-      .Input("h_prev: T")                            \
-      .Input("w: T")                                 \
-      .Input("wci: T")                               \
-      .Input("wcf: T")                               \
-      .Input("wco: T")                               \
-      .Input("b: T")                                 \
-      .Input("i: T")                                 \
-      .Input("cs: T")                                \
-      .Input("f: T")                                 \
-      .Input("o: T")                                 \
-      .Input("ci: T")                                \
-      .Input("co: T")                                \
-      .Input("h: T")                                 \
+      .TF_LSTM_SEQUENCE_GRAD_HEAD                    \
       .Input("cs_grad: T")                           \
       .Input("h_grad: T")                            \
-      .Output("x_grad: T")                           \
-      .Output("cs_prev_grad: T")                     \
-      .Output("h_prev_grad: T")                      \
-      .Output("w_grad: T")                           \
-      .Output("wci_grad: T")                         \
-      .Output("wcf_grad: T")                         \
-      .Output("wco_grad: T")                         \
-      .Output("b_grad: T")                           \
+      .TF_LSTM_SEQUENCE_GRAD_RESULTS                 \
       .Attr("use_peephole: bool")                    \
       .Attr(kTypes)                                  \
       .SetShapeFn(SequenceGradShape)                 \
@@ -287,41 +290,23 @@ TF_LSTM_REGISTER_SEQUENCE_GRAD_OP("TfLstm>BlockLSTMGrad", "Backward of BlockLSTM
 TF_LSTM_REGISTER_SEQUENCE_GRAD_OP("TfLstm>BlockLSTMGradV2", "Backward of BlockLSTMV2 (IFCO).");
 #undef TF_LSTM_REGISTER_SEQUENCE_GRAD_OP
 
+// BlockLSTMFullGrad's 23 inputs, which its gradient BlockLSTMFullGradGrad takes first.
+#define TF_LSTM_FULL_GRAD_INPUTS \
+  TF_LSTM_SEQUENCE_GRAD_HEAD     \
+      .Input("i_grad: T")        \
+      .Input("cs_grad: T")       \
+      .Input("f_grad: T")        \
+      .Input("o_grad: T")        \
+      .Input("ci_grad: T")       \
+      .Input("co_grad: T")       \
+      .Input("h_grad: T")
+
 // Not a TF op: what our registered gradients call when a loss uses i, f, o, ci or co (TF's
 // gradient drops those; BlockLSTMGrad has no inputs for them). Also the LSTMBlockCell gradient
 // (T = 1) in that case.
 REGISTER_OP("TfLstm>BlockLSTMFullGrad")
-    .Input("seq_len_max: int64")
-    .Input("x: T")
-    .Input("cs_prev: T")
-    .Input("h_prev: T")
-    .Input("w: T")
-    .Input("wci: T")
-    .Input("wcf: T")
-    .Input("wco: T")
-    .Input("b: T")
-    .Input("i: T")
-    .Input("cs: T")
-    .Input("f: T")
-    .Input("o: T")
-    .Input("ci: T")
-    .Input("co: T")
-    .Input("h: T")
-    .Input("i_grad: T")
-    .Input("cs_grad: T")
-    .Input("f_grad: T")
-    .Input("o_grad: T")
-    .Input("ci_grad: T")
-    .Input("co_grad: T")
-    .Input("h_grad: T")
-    .Output("x_grad: T")
-    .Output("cs_prev_grad: T")
-    .Output("h_prev_grad: T")
-    .Output("w_grad: T")
-    .Output("wci_grad: T")
-    .Output("wcf_grad: T")
-    .Output("wco_grad: T")
-    .Output("b_grad: T")
+    .TF_LSTM_FULL_GRAD_INPUTS
+    .TF_LSTM_SEQUENCE_GRAD_RESULTS
     .Attr("use_peephole: bool")
     .Attr("gate_layout: {'ICFO', 'IFCO'}")
     .Attr(kTypes)
@@ -329,29 +314,7 @@ REGISTER_OP("TfLstm>BlockLSTMFullGrad")
     .Doc("Backward of BlockLSTM/V2 w.r.t. all seven outputs (i, cs, f, o, ci, co, h).");
 
 REGISTER_OP("TfLstm>BlockLSTMFullGradGrad")
-    .Input("seq_len_max: int64")
-    .Input("x: T")
-    .Input("cs_prev: T")
-    .Input("h_prev: T")
-    .Input("w: T")
-    .Input("wci: T")
-    .Input("wcf: T")
-    .Input("wco: T")
-    .Input("b: T")
-    .Input("i: T")
-    .Input("cs: T")
-    .Input("f: T")
-    .Input("o: T")
-    .Input("ci: T")
-    .Input("co: T")
-    .Input("h: T")
-    .Input("i_grad: T")
-    .Input("cs_grad: T")
-    .Input("f_grad: T")
-    .Input("o_grad: T")
-    .Input("ci_grad: T")
-    .Input("co_grad: T")
-    .Input("h_grad: T")
+    .TF_LSTM_FULL_GRAD_INPUTS
     .Input("d_x_grad: T")
     .Input("d_cs_prev_grad: T")
     .Input("d_h_prev_grad: T")
@@ -388,5 +351,9 @@ REGISTER_OP("TfLstm>BlockLSTMFullGradGrad")
     .SetShapeFn(SequenceGradGradShape)
     .Doc("Gradient of BlockLSTMFullGrad w.r.t. its 22 float inputs, given d_*_grad, the "
          "gradients w.r.t. its eight outputs (docs/block_lstm.md §7.2).");
+#undef TF_LSTM_FULL_GRAD_INPUTS
+#undef TF_LSTM_SEQUENCE_GRAD_RESULTS
+#undef TF_LSTM_SEQUENCE_GRAD_HEAD
+#undef TF_LSTM_SEQUENCE_INPUTS
 
 }  // namespace tf_lstm_ops

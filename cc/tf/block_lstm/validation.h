@@ -111,6 +111,23 @@ inline absl::Status ValidateSeqLenMax(const tensorflow::Tensor& t, int64_t time,
   return absl::OkStatus();
 }
 
+// What every sequence gradient op (BlockLSTMGrad(V2), BlockLSTMFullGrad, BlockLSTMFullGradGrad)
+// checks first: the common inputs with H from w, seq_len_max, then the saved activations and the
+// output gradients, all [T, B, H] (i_grad .. co_grad too when `all_output_grads`).
+inline absl::Status ValidateSequenceGrad(tensorflow::OpKernelContext* ctx, bool all_output_grads,
+                                         CommonInputs* in, LstmDims* dims,
+                                         int64_t* seq_len_max) {
+  TF_RETURN_IF_ERROR(in->Fetch(ctx));
+  TF_RETURN_IF_ERROR(ValidateCommon(*in, /*sequence=*/true, CellSizeFrom::kW,
+                                    /*check_peephole_len=*/true, dims));
+  TF_RETURN_IF_ERROR(ValidateSeqLenMax(ctx->input(0), dims->time, seq_len_max));
+  const NamedDim T{dims->time, "time"}, B{dims->batch, "batch_size"}, H{dims->cell, "cell_size"};
+  TF_RETURN_IF_ERROR(ValidateSameShape(
+      ctx, {"i", "cs", "f", "o", "ci", "co", "h", "cs_grad", "h_grad"}, {T, B, H}));
+  if (!all_output_grads) return absl::OkStatus();
+  return ValidateSameShape(ctx, {"i_grad", "f_grad", "o_grad", "ci_grad", "co_grad"}, {T, B, H});
+}
+
 }  // namespace tf_lstm_ops
 
 #endif  // TF_LSTM_OPS_CC_TF_BLOCK_LSTM_VALIDATION_H_
