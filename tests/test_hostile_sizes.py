@@ -76,6 +76,27 @@ SLOW_CASES = {
             num_layers=i32(1), num_units=i32(2**20), input_size=i32(2**20),
             weights=[tf.zeros([2, 2])] * 8, biases=[tf.zeros([2])] * 8), "weights")
     """,
+    # The gradient of the block backward with 2^40 steps of an empty batch: nothing to run.
+    "full_grad_grad_2e40_steps_empty_batch": """
+        from tf_lstm_ops._loader import library
+        T, I, H = 2**40, 3, 4
+        seq = tf.zeros([T, 0, H])
+        args = dict(x=tf.zeros([T, 0, I]), cs_prev=tf.zeros([0, H]), h_prev=tf.zeros([0, H]),
+                    w=tf.zeros([I + H, 4 * H]), wci=tf.zeros([H]), wcf=tf.zeros([H]),
+                    wco=tf.zeros([H]), b=tf.zeros([4 * H]),
+                    d_x_grad=tf.zeros([T, 0, I]), d_cs_prev_grad=tf.zeros([0, H]),
+                    d_h_prev_grad=tf.zeros([0, H]), d_w_grad=tf.zeros([I + H, 4 * H]),
+                    d_wci_grad=tf.zeros([H]), d_wcf_grad=tf.zeros([H]), d_wco_grad=tf.zeros([H]),
+                    d_b_grad=tf.zeros([4 * H]))
+        for name in ("i", "cs", "f", "o", "ci", "co", "h"):
+            args[name] = args[name + "_grad"] = seq
+        out = library.op("BlockLSTMFullGradGrad")(
+            seq_len_max=tf.constant(T, tf.int64), use_peephole=True, gate_layout="IFCO", **args)
+        assert out.d_x.shape == (T, 0, I) and not np.any(out.d_w.numpy())
+        invalid(lambda: library.op("BlockLSTMFullGradGrad")(
+            seq_len_max=tf.constant(T + 1, tf.int64), use_peephole=True, gate_layout="IFCO",
+            **args), "seq_len_max")
+    """,
     "params_size_overflow_names_arguments": """
         invalid(lambda: tf_lstm_ops.raw.CudnnRNNParamsSize(
             num_layers=i32(2**31 - 1), num_units=i32(2**31 - 1), input_size=i32(2**31 - 1),

@@ -579,9 +579,11 @@ def test_the_fused_path_is_chosen_only_where_it_has_a_kernel():
 
 @pytest.mark.parametrize("T,B,I,H,L", [(0, 2, 3, 4, 0), (3, 0, 3, 4, 2), (3, 2, 0, 4, 3),
                                        (1, 0, 0, 2, 1), (3, 2, 3, 0, 2), (2, 2, 1, 3, 0)])
-def test_the_fused_gradient_of_the_backward_with_empty_sizes(rng, T, B, I, H, L):
+def test_the_fused_gradient_of_the_backward_with_empty_sizes(rng, eager_or_function, T, B, I, H,
+                                                             L):
     args = full_grad_grad_args(rng, "IFCO", True, T=T, B=B, I=I, H=H)
-    fused = fused_full_grad_grad(args, L, "IFCO", True)
+    fused = eager_or_function(lambda **a: fused_full_grad_grad(a, L, "IFCO", True), **args)
+    fused = list(fused.values())  # the 22 results by name, in order
     expected = composite_full_grad_grad(args, L, "IFCO", True)
     for name, got, want in zip(FULL_GRAD_INPUTS, fused, expected):
         assert got.shape == args[name].shape, name
@@ -614,3 +616,61 @@ def test_block_lstm_jvp_matches_finite_differences(rng):
         return tf.reduce_sum(tf.sin(out.h)) + tf.reduce_sum(out.cs ** 2)
 
     assert_jvp_matches_central_differences(loss, theta, direction)
+
+
+def test_hessians_the_way_tensorflow_computes_them(rng):
+    # tape.jacobian of a gradient (vectorised by pfor, eagerly and in a tf.function) and
+    # tf.hessians in a TF1 graph, through BlockLSTMV2, against finite differences of the gradient
+    values = block_inputs(rng)
+
+    def loss(w):
+        out = raw.BlockLSTMV2(seq_len_max=tf.constant(3, tf.int64), cell_clip=0.0,
+                              use_peephole=False, **dict(values, w=w))
+        return tf.reduce_sum(tf.sin(out.h))
+
+    def gradient(w):
+        with tf.GradientTape() as tape:
+            tape.watch(w)
+            value = loss(w)
+        return tape.gradient(value, w)
+
+    def hessian(w):
+        with tf.GradientTape() as outer:
+            outer.watch(w)
+            g = gradient(w)
+        return outer.jacobian(g, w)
+
+    w = values["w"].numpy()
+    numeric = np.zeros(w.shape + w.shape)
+    for index in np.ndindex(w.shape):
+        d = np.zeros_like(w)
+        d[index] = 1e-6
+        numeric[(Ellipsis,) + index] = (gradient(tf.constant(w + d))
+                                        - gradient(tf.constant(w - d))).numpy() / 2e-6
+    np.testing.assert_allclose(hessian(tf.constant(w)), numeric, atol=1e-8)
+    np.testing.assert_allclose(tf.function(hessian)(tf.constant(w)), numeric, atol=1e-8)
+    with tf.Graph().as_default():
+        w_in = tf.compat.v1.placeholder(tf.float64, w.shape)
+        graph_values = {k: tf.constant(v.numpy()) for k, v in values.items() if k != "w"}
+        out = raw.BlockLSTMV2(seq_len_max=tf.constant(3, tf.int64), cell_clip=0.0,
+                              use_peephole=False, w=w_in, **graph_values)
+        hessian_op = tf.hessians(tf.reduce_sum(tf.sin(out.h)), w_in)[0]
+        with tf.compat.v1.Session() as session:
+            np.testing.assert_allclose(session.run(hessian_op, {w_in: w}), numeric, atol=1e-8)
+
+
+def test_a_vectorised_hessian_through_our_lstm_equals_keras(rng, no_fallback):
+    # tape.jacobian vectorises (pfor) through our layer; keras.layers.LSTM's loop cannot be
+    # vectorised, so its Hessian comes from the jacobian's while_loop
+    ours, theirs, x = layer_pair(rng, "LSTM")
+
+    def hessian(layer, vectorise):
+        kernel = layer.trainable_variables[0]
+        with tf.GradientTape() as outer:
+            with tf.GradientTape() as inner:
+                loss = tf.reduce_sum(tf.sin(layer(x)))
+            grad = inner.gradient(loss, kernel)
+        return outer.jacobian(grad, kernel, experimental_use_pfor=vectorise)
+
+    np.testing.assert_allclose(tf.function(hessian)(ours, True),
+                               tf.function(hessian)(theirs, False), atol=1e-10)
