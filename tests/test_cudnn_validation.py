@@ -304,6 +304,66 @@ def test_backprop_rejects(case, where, mode):
 
 
 # ----------------------------------------------------------------------------------------------
+# CudnnRNNDropoutKept (ours alone: the forward's dropout masks, for second derivatives): V3's
+# inputs and the reserve space, checked as Backprop checks them
+# ----------------------------------------------------------------------------------------------
+
+DROPOUT_KEPT_ARGS = ("input", "input_h", "input_c", "params", "sequence_lengths", "reserve_space",
+                     "rnn_mode", "input_mode", "direction", "dropout", "seed", "seed2",
+                     "num_proj", "time_major")
+DROPOUT_KEPT_CASES = [c for c in BACKPROP_CASES
+                      if c[1] == 3 and set(c[3]) <= set(DROPOUT_KEPT_ARGS)]
+
+
+def dropout_kept(**kwargs):
+    from tf_lstm_ops._loader import library
+
+    return library.op("CudnnRNNDropoutKept")(**kwargs)
+
+
+def dropout_kept_kwargs(backprop_kw):
+    return {k: v for k, v in backprop_kw.items() if k in DROPOUT_KEPT_ARGS}
+
+
+@pytest.mark.parametrize("mode", MODE)
+@pytest.mark.parametrize("case", DROPOUT_KEPT_CASES, ids=[c[0] for c in DROPOUT_KEPT_CASES])
+def test_dropout_kept_rejects(case, mode):
+    _, version, cfg, changes, names = case
+    kw = dropout_kept_kwargs(build_backprop(version, cfg, changes))
+    expect_invalid(dropout_kept, kw, mode, names)
+
+
+@pytest.mark.parametrize("mode", MODE)
+def test_dropout_kept_needs_the_forwards_dropout_rate(mode):
+    kw = dropout_kept_kwargs(backprop_kwargs(LSTM_BI2, dropout=0.5, seed=0))
+    expect_invalid(dropout_kept, dict(kw, dropout=0.25), mode, ("reserve_space",))
+    expect_invalid(dropout_kept, dict(kw, dropout=0.0), mode, ("reserve_space",))
+    assert len(DROPOUT_KEPT_CASES) >= 10  # the generated cases above exist
+
+
+@pytest.mark.parametrize("mode", MODE)
+@pytest.mark.parametrize("cfg,dropout", [(LSTM, 0.5), (LSTM_BI2, 0.0), (LSTM_BI2, 1.0)],
+                         ids=["one-layer", "no-dropout", "all-dropped"])
+def test_dropout_kept_without_masks_or_all_dropped(cfg, dropout, mode):
+    """One layer: no layer input to drop ([0, T, B, D*Hr]); dropout 0: every element kept;
+    dropout 1: none."""
+    kw = dropout_kept_kwargs(backprop_kwargs(cfg, dropout=dropout))
+    kept = call(dropout_kept, kw, mode).numpy()
+    assert kept.shape == (cfg.L - 1, T_, B_, cfg.D * H_)
+    assert kept.all() if dropout < 1 else not kept.any()
+
+
+@pytest.mark.parametrize("mode", MODE)
+@pytest.mark.parametrize("sizes", [dict(T=0), dict(B=0), dict(T=0, B=0)], ids=["T0", "B0", "T0B0"])
+def test_dropout_kept_with_empty_time_or_batch(sizes, mode):
+    kw = forward_kwargs(LSTM_BI2, dropout=0.5, **sizes)
+    out = R.get_op("plugin", "CudnnRNNV3")(**kw)
+    kw = dropout_kept_kwargs(dict(kw, reserve_space=out.reserve_space))
+    kept = call(dropout_kept, kw, mode)
+    assert kept.shape == (1, sizes.get("T", T_), sizes.get("B", B_), 2 * H_)
+
+
+# ----------------------------------------------------------------------------------------------
 # empty shapes: a clean InvalidArgumentError or a well-defined empty result, never a crash
 # ----------------------------------------------------------------------------------------------
 

@@ -47,6 +47,7 @@ GPU_HOST_MEMORY = {
     "KerasToCudnnParams": (),
     "CudnnParamsToKeras": (),
     "BlockLSTMFullGradGrad": None,  # CPU only: no GPU kernel (docs/block_lstm.md §7.2)
+    "CudnnRNNDropoutKept": None,  # CPU only: reads a reserve space on the host (§5.3 of cudnn_rnn.md)
 }
 
 

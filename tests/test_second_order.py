@@ -263,18 +263,83 @@ def test_sixteen_bit_second_derivatives_follow_float64(rng):
                                atol=0.05, rtol=0.05)
 
 
-def test_dropout_between_layers_is_a_clear_error(rng):
-    inputs, dy = model_inputs(rng, "lstm", L=2)
-    with pytest.raises(NotImplementedError, match="dropout between layers"):
-        with tf.GradientTape() as outer:
-            outer.watch(inputs["params"])
-            with tf.GradientTape() as inner:
-                inner.watch(inputs["params"])
-                out = raw.CudnnRNNV3(sequence_lengths=tf.constant([3, 3]), rnn_mode="lstm",
-                                     dropout=0.5, is_training=True, **inputs)
-                loss = tf.reduce_sum(out.output * dy)
-            penalty = tf.reduce_sum(inner.gradient(loss, inputs["params"]) ** 2)
-        outer.gradient(penalty, inputs["params"])
+# Dropout between layers: the composite replays the masks the forward drew, read from its reserve
+# space (CudnnRNNDropoutKept, docs/cudnn_rnn.md §5.3, §7.4).
+DROPOUT_CASES = [  # (mode, L, direction, time_major, num_proj, lengths, dropout)
+    ("lstm", 2, "bidirectional", False, 0, [3, 1], 0.5),  # rebuilt with BlockLSTMV2
+    ("lstm", 3, "unidirectional", True, 1, [3, 2], 0.3),  # projection: the scan
+    ("gru", 2, "bidirectional", True, 0, [2, 3], 0.5),
+    ("rnn_relu", 3, "unidirectional", False, 0, [3, 3], 0.6),
+    ("gru", 2, "unidirectional", True, 0, [3, 0], 1.0),  # every input of layer 1 dropped
+]
+
+
+@pytest.fixture
+def fixed_dropout_masks(monkeypatch):
+    """Kernels built from here on draw their first call's masks on every call
+    (TF_CUDNN_RESET_RND_GEN_STATE, docs/cudnn_rnn.md §5.3), so the first derivative is one
+    function of θ that finite differences can probe."""
+    monkeypatch.setenv("TF_CUDNN_RESET_RND_GEN_STATE", "1")
+
+
+@pytest.mark.parametrize("mode,L,direction,time_major,proj,lengths,dropout", DROPOUT_CASES,
+                         ids=["%s-L%d-%s-%s-P%d-%g" % (c[0], c[1], c[2][:3], "tm" if c[3] else
+                                                       "bm", c[4], c[6]) for c in DROPOUT_CASES])
+def test_second_derivatives_with_dropout_between_layers_match_finite_differences(
+        rng, fixed_dropout_masks, mode, L, direction, time_major, proj, lengths, dropout):
+    inputs, dy = model_inputs(rng, mode, L, direction, time_major, proj, T=3)
+    forward = v3(mode, tf.constant(lengths), direction=direction, num_proj=proj,
+                 time_major=time_major, dropout=dropout, seed=7, seed2=11)
+    grad = first_derivative(forward, dy, mode)
+    theta = [inputs[k] for k in ("input", "input_h", "input_c", "params")]
+    np.testing.assert_array_equal(grad(*theta), grad(*theta))  # the masks are fixed
+    for _ in range(2):
+        assert_directional_second_derivative_matches(rng, forward, inputs, dy, mode)
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_the_composite_replays_the_forwards_dropout_masks(rng, version):
+    """The second derivatives' forward, given the masks read from the reserve space, is the
+    forward the op ran (one session run: one call, one draw of masks)."""
+    from tf_lstm_ops._gradients import cudnn_rnn_composite as composite
+
+    mode, L, direction = ("gru", 3, "bidirectional") if version < 3 else ("lstm", 2,
+                                                                          "unidirectional")
+    values, dy = model_inputs(rng, mode, L, direction, time_major=version < 3, T=4, B=3)
+    with tf.Graph().as_default() as graph:
+        inputs = {k: tf.constant(v.numpy()) for k, v in values.items()}
+        dy = tf.constant(dy.numpy())
+        attrs = dict(rnn_mode=mode, direction=direction, dropout=0.3, is_training=True)
+        if version == 3:
+            attrs.update(sequence_lengths=tf.constant([4, 0, 2]), time_major=False)
+        out = getattr(raw, {1: "CudnnRNN", 2: "CudnnRNNV2", 3: "CudnnRNNV3"}[version])(
+            **inputs, **attrs)
+        tf.gradients(out[0], inputs["params"], dy)
+        backprop = next(op for op in graph.get_operations() if "Backprop" in op.type)
+        model = composite._Model(backprop, version)
+        kept = composite._forward_dropout_masks(backprop, model, version)
+        lengths = attrs.get("sequence_lengths")
+        replay = model.forward(*backprop.inputs[:4], lengths, kept)
+        with tf.compat.v1.Session() as session:
+            values = session.run([out[0], out[1], replay[0], replay[1], kept])
+    np.testing.assert_allclose(values[2], values[0], atol=1e-12)
+    np.testing.assert_allclose(values[3], values[1], atol=1e-12)
+    assert 0 < values[4].mean() < 1  # some inputs dropped, some kept
+
+
+def test_tfs_cudnn_kernels_dropout_on_a_gpu_is_a_clear_error():
+    """TF's own CudnnRNN names run TF's cuDNN kernels on a GPU: their reserve space holds cuDNN's
+    masks, which nothing can read back."""
+    from tf_lstm_ops._gradients import cudnn_rnn_composite as composite
+
+    class Op:
+        type, device, outputs = "CudnnRNNBackpropV3", "/device:GPU:0", ()
+
+    class Model:
+        dropout, L = 0.5, 2
+
+    with pytest.raises(NotImplementedError, match="cuDNN's dropout masks"):
+        composite._forward_dropout_masks(Op(), Model(), 3)
 
 
 # ---- the LSTM block family ------------------------------------------------------------------

@@ -37,6 +37,7 @@ PRIVATE_OP_NAMES = (
     "BlockLSTMFullGradGrad",  # its gradient (second derivatives), CPU only
     "KerasToCudnnParams",  # the Keras layers' weights as CudnnRNN params, and back
     "CudnnParamsToKeras",
+    "CudnnRNNDropoutKept",  # the dropout masks in a reserve space (second derivatives), CPU only
 )
 OP_NAMES = (
     "LSTMBlockCell",

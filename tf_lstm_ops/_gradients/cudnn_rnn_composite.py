@@ -55,12 +55,8 @@ class _Model:
         input_mode = string_attr(op, "input_mode")
         self.skip = input_mode == "skip_input" or (input_mode == "auto_select"
                                                     and self.I == self.H)
-        dropout = op.get_attr("dropout")
-        if dropout > 0 and self.L > 1:
-            raise NotImplementedError(
-                "%s: second derivatives with dropout between layers (dropout=%g, %d layers) are "
-                "not supported yet: the forward's masks live in its reserve space. Use "
-                "dropout=0, or one layer per op" % (op.type, dropout, self.L))
+        # dropout between layers (none with one layer): the forward's masks are replayed
+        self.dropout = op.get_attr("dropout") if self.L > 1 else 0.0
 
     def layer_input(self, layer):
         return self.I if layer == 0 else self.D * self.Hr
@@ -105,13 +101,22 @@ class _Model:
         m = tf.sigmoid(o) * tf.tanh(c_new)
         return (tf.matmul(m, proj, transpose_b=True) if self.P else m), c_new
 
-    def forward(self, x, h0, c0, params, lengths):
+    def forward(self, x, h0, c0, params, lengths, kept):
         """output, output_h, output_c in the op's layouts (output_c: c0 unchanged outside LSTM
-        mode, where the kernel ignores it). 16-bit types compute in float32, as the kernels
-        accumulate (docs/cudnn_rnn.md §8)."""
-        return in_compute_type(lambda t: self._forward(*t, lengths), [x, h0, c0, params])
+        mode, where the kernel ignores it), with the dropout masks `kept` (CudnnRNNDropoutKept's,
+        or None without dropout). 16-bit types compute in float32, as the kernels accumulate
+        (docs/cudnn_rnn.md §8)."""
+        return in_compute_type(lambda t: self._forward(*t, lengths, kept), [x, h0, c0, params])
 
-    def _forward(self, x, h0, c0, params, lengths):
+    def dropout_scale(self, dtype):
+        """What a kept element is multiplied by: 1 / (1 - dropout) computed in `dtype`, as the
+        kernels compute it; 0 when dropout is 1 (docs/cudnn_rnn.md §5.3)."""
+        if self.dropout >= 1:
+            return tf.zeros([], dtype)
+        one = tf.ones([], dtype)
+        return one / (one - tf.constant(self.dropout, dtype))
+
+    def _forward(self, x, h0, c0, params, lengths, kept):
         if not self.time_major:
             x = tf.transpose(x, [1, 0, 2])
         steps, batch = tf.shape(x)[0], tf.shape(x)[1]
@@ -141,6 +146,9 @@ class _Model:
                 final_h.append(h_n)
                 final_c.append(c_n)
             inputs = tf.concat(outputs, axis=2) if self.D == 2 else outputs[0]
+            if kept is not None and layer + 1 < self.L:  # the next layer's input, dropped out
+                scale = self.dropout_scale(inputs.dtype)
+                inputs = inputs * tf.where(kept[layer], scale, tf.zeros_like(scale))
         output_h = tf.reshape(tf.stack(final_h), tf.shape(h0))
         output_c = tf.reshape(tf.stack(final_c), tf.shape(c0)) if lstm else c0
         if not self.time_major:
@@ -191,9 +199,35 @@ class _Model:
         return tf.where(valid, ys, tf.zeros_like(ys)), final_h, final_c
 
 
+def _forward_dropout_masks(op, model, version):
+    """Which inputs of layers 1..L-1 the forward kept, read from the reserve space the Backprop
+    op was given (CudnnRNNDropoutKept, CPU: TF copies a GPU reserve space to the host)."""
+    if not op.type.startswith(OP_NAMESPACE) and not runs_on_cpu(op):
+        raise NotImplementedError(
+            "%s on a GPU is TF's cuDNN kernel, whose reserve space holds cuDNN's dropout masks, "
+            "which cannot be read back: second derivatives with dropout between layers "
+            "(dropout=%g, %d layers) need tf_lstm_ops.raw's op of the same name, or dropout=0"
+            % (op.type, model.dropout, model.L))
+    shift = 1 if version == 3 else 0
+    x = op.inputs[0]
+    if version == 3:
+        lengths = op.inputs[4]
+    else:  # V1 and V2: time-major, every length T
+        lengths = tf.fill(tf.shape(x)[1:2], tf.shape(x)[0])
+    return library.op("CudnnRNNDropoutKept")(
+        input=x, input_h=op.inputs[1], input_c=op.inputs[2], params=op.inputs[3],
+        sequence_lengths=lengths, reserve_space=op.inputs[10 + shift],
+        rnn_mode=model.mode, input_mode=string_attr(op, "input_mode"),
+        direction=string_attr(op, "direction"), dropout=model.dropout,
+        seed=op.get_attr("seed"), seed2=op.get_attr("seed2"),
+        num_proj=op.get_attr("num_proj") if version == 3 else 0,
+        time_major=model.time_major)
+
+
 def _backprop_grad(op, grads, version):
     model = _Model(op, version)
     lengths = op.inputs[4] if version == 3 else None
+    kept = _forward_dropout_masks(op, model, version) if model.dropout > 0 else None
     shift = 1 if version == 3 else 0
     theta = list(op.inputs[:4])  # input, input_h, input_c, params
     v = list(op.inputs[7 + shift:10 + shift])  # output_backprop, output_h_ and output_c_
@@ -207,7 +241,7 @@ def _backprop_grad(op, grads, version):
         outer.watch(theta_used + v)
         with tf.GradientTape() as inner:
             inner.watch(theta_used)
-            outputs = model.forward(theta[0], theta[1], theta[2], theta[3], lengths)
+            outputs = model.forward(theta[0], theta[1], theta[2], theta[3], lengths, kept)
         used_outputs = outputs if model.mode == "lstm" else outputs[:2]
         used_v = v if model.mode == "lstm" else v[:2]
         vjp = inner.gradient(used_outputs, theta_used, output_gradients=used_v,

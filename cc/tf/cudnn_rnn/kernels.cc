@@ -242,6 +242,16 @@ struct ReserveCheck<GpuDevice, T> {
 };
 #endif  // TF_LSTM_OPS_WITH_CUDA
 
+// The reserve space must come from our training forward with exactly this configuration.
+template <typename Device, typename T>
+absl::Status CheckReserve(const Tensor& reserve, const RnnReserveHeader& expected) {
+  if (ReserveCheck<Device, T>::Matches(reserve, expected)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "reserve_space ", reserve.shape().DebugString(),
+      " was not produced by a training-mode (is_training=true) forward pass of this "
+      "model with these inputs' shapes, sequence_lengths, dropout and dtype"));
+}
+
 // CudnnRNN (kVersion 1), CudnnRNNV2 (2), CudnnRNNV3 (3).
 template <typename Device, typename T, int kVersion>
 class CudnnRNNForwardOp : public OpKernel {
@@ -378,12 +388,7 @@ class CudnnRNNBackpropOp : public OpKernel {
     const RnnDropout dropout{attrs_.dropout, attrs_.seed, 0};
     const RnnReserveHeader expected =
         MakeReserveHeader(m, run, dropout, sizeof(T), sizeof(AccFor<T>));
-    OP_REQUIRES(
-        ctx, (ReserveCheck<Device, T>::Matches(reserve, expected)),
-        absl::InvalidArgumentError(absl::StrCat(
-            "reserve_space ", reserve.shape().DebugString(),
-            " was not produced by a training-mode (is_training=true) forward pass of this "
-            "model with these inputs' shapes, sequence_lengths, dropout and dtype")));
+    OP_REQUIRES_OK(ctx, (CheckReserve<Device, T>(reserve, expected)));
 
     Tensor *input_backprop, *input_h_backprop, *input_c_backprop, *params_backprop;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, in[0]->shape(), &input_backprop));
@@ -406,6 +411,52 @@ class CudnnRNNBackpropOp : public OpKernel {
                  input_backprop->flat<T>().data(), input_h_backprop->flat<T>().data(),
                  lstm ? input_c_backprop->flat<T>().data() : nullptr,
                  params_backprop->flat<T>().data()));
+  }
+
+ private:
+  RnnAttrs attrs_;
+};
+
+// CudnnRNNDropoutKept (CPU): the dropout masks a training forward drew, read from its reserve
+// space (docs/cudnn_rnn.md §5.3): kept[l - 1, t, b, k] for the input of layer l >= 1; every
+// element is kept when the forward drew no masks (dropout 0 or one layer).
+template <typename T>
+class CudnnRNNDropoutKeptOp : public OpKernel {
+ public:
+  explicit CudnnRNNDropoutKeptOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, attrs_.Read(ctx));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& reserve = ctx->input(5);
+    RnnModel m;
+    RnnRun run;
+    OP_REQUIRES_OK(ctx, ResolveRun(attrs_, ctx->input(0), ctx->input(1), ctx->input(2),
+                                   ctx->input(3), &ctx->input(4), &m, &run));
+    using Acc = AccFor<T>;
+    const RnnDropout dropout{attrs_.dropout, attrs_.seed, 0};
+    const RnnReserveHeader expected = MakeReserveHeader(m, run, dropout, sizeof(T), sizeof(Acc));
+    OP_REQUIRES_OK(ctx, (CheckReserve<CPUDevice, T>(reserve, expected)));
+
+    const int64_t layer_input_size = run.time * run.batch * m.num_dirs * m.output_width();
+    Tensor* kept;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(
+                            0, TensorShape({m.num_layers - 1, run.time, run.batch,
+                                            m.num_dirs * m.output_width()}),
+                            &kept));
+    bool* out = kept->flat<bool>().data();
+    if (expected.dropout == 0) {
+      std::fill(out, out + kept->NumElements(), true);
+      return;
+    }
+    const WorkspaceLayout layout(m, run, true);
+    const Acc* ws = reinterpret_cast<const Acc*>(
+        reinterpret_cast<const uint8_t*>(reserve.flat<T>().data()) + sizeof(RnnReserveHeader));
+    for (int64_t l = 1; l < m.num_layers; ++l) {
+      const Acc* mask = ws + layout.mask(l);  // 0 or the keep scale (0 too when dropout is 1)
+      bool* layer_kept = out + (l - 1) * layer_input_size;
+      for (int64_t k = 0; k < layer_input_size; ++k) layer_kept[k] = mask[k] != Acc(0);
+    }
   }
 
  private:
@@ -784,7 +835,10 @@ class CudnnParamsToKerasOp : public OpKernel {
 #define TF_LSTM_REGISTER_RNN_CPU(T)                                                     \
   TF_LSTM_REGISTER_RNN("TfLstm>", CPUDevice, tensorflow::DEVICE_CPU, TF_LSTM_CPU_MEMORY, T) \
   TF_LSTM_REGISTER_RNN("", CPUDevice, tensorflow::DEVICE_CPU, TF_LSTM_CPU_MEMORY, T)       \
-  TF_LSTM_REGISTER_KERAS_PARAMS(CPUDevice, tensorflow::DEVICE_CPU, T)
+  TF_LSTM_REGISTER_KERAS_PARAMS(CPUDevice, tensorflow::DEVICE_CPU, T)                       \
+  REGISTER_KERNEL_BUILDER(                                                                  \
+      Name("TfLstm>CudnnRNNDropoutKept").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
+      CudnnRNNDropoutKeptOp<T>);
 
 TF_CALL_half(TF_LSTM_REGISTER_RNN_CPU);
 TF_CALL_bfloat16(TF_LSTM_REGISTER_RNN_CPU);

@@ -182,6 +182,42 @@ REGISTER_OP("TfLstm>CudnnRNNBackpropV3")
     .Attr("time_major: bool = true")
     .SetShapeFn(BackpropShape);
 
+// CudnnRNNDropoutKept (ours alone): which elements of the inputs of layers 1..L-1 the training
+// forward that wrote reserve_space kept (docs/cudnn_rnn.md §5.3): [L - 1, T, B, D * Hr], time-major
+// on every layout. Takes V3's inputs (V1 and V2 pass every length as T) and attrs, and checks
+// the reserve space as Backprop does; the second derivatives' composite reads it (§7.4).
+REGISTER_OP("TfLstm>CudnnRNNDropoutKept")
+    .Input("input: T")
+    .Input("input_h: T")
+    .Input("input_c: T")
+    .Input("params: T")
+    .Input("sequence_lengths: int32")
+    .Input("reserve_space: T")
+    .Output("kept: bool")
+    .Attr(kTypes) TF_LSTM_RNN_COMMON_ATTRS.Attr("num_proj: int = 0")
+    .Attr("time_major: bool = true")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle input, input_h, unused;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 3, &input));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 3, &input_h));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(3), 1, &unused));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(4), 1, &unused));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(5), 1, &unused));
+      if (IsLstm(c)) TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 3, &unused));
+      bool time_major;
+      TF_RETURN_IF_ERROR(c->GetAttr("time_major", &time_major));
+      const int time_axis = time_major ? 0 : 1;
+      const int64_t D = NumDirs(c), states = c->Value(c->Dim(input_h, time_axis));
+      DimensionHandle layers_above = c->UnknownDim(), width;
+      if (states >= 0 && states >= D && states % D == 0) {
+        layers_above = c->MakeDim(states / D - 1);
+      }
+      TF_RETURN_IF_ERROR(c->Multiply(c->Dim(input_h, 2), D, &width));
+      c->set_output(0, c->MakeShape({layers_above, c->Dim(input, time_axis),
+                                     c->Dim(input, 1 - time_axis), width}));
+      return absl::OkStatus();
+    });
+
 REGISTER_OP("TfLstm>CudnnRNNParamsSize")
     .Input("num_layers: int32")
     .Input("num_units: int32")
