@@ -18,7 +18,8 @@ composite recomputes them from θ, so the total derivative is already in θ's gr
 
 import tensorflow as tf
 
-from tf_lstm_ops._gradients._common import in_compute_type, runs_on_cpu, string_attr
+from tf_lstm_ops._gradients._common import (has_kernel_where, in_compute_type, runs_on_cpu,
+                                             string_attr)
 from tf_lstm_ops._loader import OP_NAMESPACE, library
 
 _GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
@@ -38,9 +39,9 @@ class _Model:
 
     def __init__(self, op, version):
         self.mode = string_attr(op, "rnn_mode")
-        # BlockLSTMV2's second derivatives are fused on the CPU only: elsewhere the scan, which
-        # stays on the op's device
-        self.lstm_by_block = self.mode == "lstm" and runs_on_cpu(op)
+        # BlockLSTMV2's second derivatives are fused where BlockLSTMFullGradGrad has a kernel
+        # (CPU; GPU in a CUDA build): elsewhere the scan, which stays on the op's device
+        self.lstm_by_block = self.mode == "lstm" and has_kernel_where("BlockLSTMFullGradGrad", op)
         self.G = _GATES[self.mode]
         self.D = 2 if string_attr(op, "direction") == "bidirectional" else 1
         self.time_major = op.get_attr("time_major") if version == 3 else True
@@ -82,10 +83,20 @@ class _Model:
             offset += 2 * GH
         return layers
 
-    def step(self, weights, x, h, c):
-        """One cell step (docs/cudnn_rnn.md §4): (h_new, c_new)."""
-        w, r, proj, bias_w, bias_r = weights
-        ax = (tf.tile(x, [1, self.G]) if w is None else tf.matmul(x, w, transpose_b=True)) + bias_w
+    def input_side(self, weights, inputs):
+        """W x + b_W of every step at once, [T, B, G*H]: one product of the whole sequence, so
+        that the loop (and its derivatives) keeps only the recurrent one."""
+        w, _, _, bias_w, _ = weights
+        if w is None:  # skip_input: each gate block receives x itself
+            return tf.tile(inputs, [1, 1, self.G]) + bias_w
+        steps_and_batch = tf.shape(inputs)[:2]
+        flat = tf.reshape(inputs, [-1, inputs.shape[-1]])
+        ax = tf.matmul(flat, w, transpose_b=True) + bias_w
+        return tf.reshape(ax, tf.concat([steps_and_batch, [self.G * self.H]], 0))
+
+    def step(self, weights, ax, h, c):
+        """One cell step from its input side ax (docs/cudnn_rnn.md §4): (h_new, c_new)."""
+        _, r, proj, _, bias_r = weights
         ah = tf.matmul(h, r, transpose_b=True) + bias_r
         if self.mode in ("rnn_tanh", "rnn_relu"):
             a = ax + ah
@@ -156,22 +167,31 @@ class _Model:
         return inputs, output_h, output_c
 
     def _scan_layer(self, weights, inputs, valid, lengths, h0, c0, reverse):
-        """One layer and direction as a `tf.scan` of step(): (outputs, final h, final c)."""
+        """One layer and direction as a `tf.scan` of step(): (outputs, final h, final c). The
+        loop carries h (and c for the LSTM) and nothing else: the outputs are the carried h
+        where a step is valid, zeros elsewhere."""
         del lengths  # `valid` holds them
-        def cell(carry, elems):
-            h, c, _ = carry
-            x_t, valid_t = elems
-            h_new, c_new = self.step(weights, x_t, h, c)
-            return (tf.where(valid_t, h_new, h), tf.where(valid_t, c_new, c),
-                    tf.where(valid_t, h_new, tf.zeros_like(h_new)))
+        lstm = self.mode == "lstm"
 
-        hs, cs, ys = tf.scan(cell, (inputs, valid), initializer=(h0, c0, tf.zeros_like(h0)),
-                             reverse=reverse)
-        # the carry after the last processed step (t = T-1 forward, t = 0 backward; the initial
-        # state when T = 0)
-        if not reverse:
-            return ys, tf.concat([h0[None], hs], 0)[-1], tf.concat([c0[None], cs], 0)[-1]
-        return ys, tf.concat([hs, h0[None]], 0)[0], tf.concat([cs, c0[None]], 0)[0]
+        def cell(carry, elems):
+            h, c = carry if lstm else (carry, None)
+            ax_t, valid_t = elems
+            h_new, c_new = self.step(weights, ax_t, h, c)
+            h_new = tf.where(valid_t, h_new, h)
+            return (h_new, tf.where(valid_t, c_new, c)) if lstm else h_new
+
+        states = tf.scan(cell, (self.input_side(weights, inputs), valid),
+                         initializer=(h0, c0) if lstm else h0, reverse=reverse)
+        hs, cs = states if lstm else (states, None)
+        ys = tf.where(valid, hs, tf.zeros_like(hs))
+        def last(initial, carried):
+            """The carry after the last processed step (t = T-1 forward, t = 0 backward; the
+            initial state when T = 0)."""
+            if reverse:
+                return tf.concat([carried, initial[None]], 0)[0]
+            return tf.concat([initial[None], carried], 0)[-1]
+
+        return ys, last(h0, hs), last(c0, cs) if lstm else c0
 
     def _block_layer(self, weights, inputs, valid, lengths, h0, c0, reverse):
         """One LSTM layer and direction without projection as BlockLSTMV2: cuDNN's gate order
@@ -231,7 +251,7 @@ def _backprop_grad(op, grads, version):
     shift = 1 if version == 3 else 0
     theta = list(op.inputs[:4])  # input, input_h, input_c, params
     v = list(op.inputs[7 + shift:10 + shift])  # output_backprop, output_h_ and output_c_
-    u = [tf.zeros_like(out) if g is None else g for g, out in zip(grads, op.outputs)]
+    u = list(grads)  # None: no cotangent (its term is left out of the inner product)
     if model.mode != "lstm":
         # the kernel ignores input_c and output_c_backprop there (their gradients are zero)
         theta_used, u_used = [theta[0], theta[1], theta[3]], [u[0], u[1], u[3]]
@@ -246,7 +266,9 @@ def _backprop_grad(op, grads, version):
         used_v = v if model.mode == "lstm" else v[:2]
         vjp = inner.gradient(used_outputs, theta_used, output_gradients=used_v,
                              unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        inner_product = tf.add_n([tf.reduce_sum(g * w) for g, w in zip(vjp, u_used)])
+        # only the results that have a cotangent: the rest is pruned from the graph
+        terms = [tf.reduce_sum(g * w) for g, w in zip(vjp, u_used) if w is not None]
+        inner_product = tf.add_n(terms) if terms else tf.zeros([], vjp[0].dtype)
     second = outer.gradient(inner_product, theta_used + v,
                             unconnected_gradients=tf.UnconnectedGradients.ZERO)
     theta_grads, v_grads = second[:len(theta_used)], second[len(theta_used):]
