@@ -54,6 +54,15 @@ def test_forward(module, host, dtype, shape):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
+def test_backward_grad(module, host, dtype, shape):
+    """BlockLSTMFullGradGrad: the projection of its results against central differences of the
+    reference backward, and its exact zeros."""
+    assert_no_problems([(cfg, checks.check_backward_grad(module, host, dtype, cfg))
+                        for cfg in configs_for(shape)])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
 def test_backward(module, host, dtype, shape):
     """BlockLSTMGrad / BlockLSTMGradV2: gradients w.r.t. cs and h only."""
     assert_no_problems([(cfg, checks.check_backward(module, host, dtype, cfg))
@@ -222,3 +231,29 @@ def test_bad_arguments_are_value_errors(module):
     with pytest.raises(ValueError, match="layout"):
         module.lstm_cell_backward("host", "float32", 0, 2, 3, 4, "icfo", False, *([0] * 21),
                                   scratch=0)
+
+
+@pytest.mark.parametrize("cfg", [checks.config(5, 3, 4, 6, 4, "IFCO", 0.0, 0.0, True),
+                                 checks.config(4, 2, 3, 5, 4, "ICFO", 1.0, 0.0, False),
+                                 checks.config(6, 4, 2, 3, 2, "ICFO", 0.0, 0.0, True)],
+                         ids=checks.config_id)
+def test_backward_grad_equals_the_cpu_kernel(module, host, cfg):
+    """The engine's BlockLSTMFullGradGrad element by element against the CPU kernel's (float64),
+    which tests/test_second_order.py checks against the differentiated composite."""
+    import tensorflow as tf
+
+    from tf_lstm_ops._loader import library
+
+    rng = np.random.default_rng(3)
+    case = checks.backward_case(rng, cfg, "float64", full=True)
+    cot = {k: rng.normal(size=np.shape(v)) for k, v in zip(
+        checks.SEQ_GRADS, (case[k] for k in checks.INPUTS))}
+    ours = checks.run_backward_grad(module, host, "float64", case, cot, cfg)
+    kernel = library.op("BlockLSTMFullGradGrad")(
+        seq_len_max=tf.constant(cfg["L"], tf.int64),
+        **{k: tf.constant(case[k]) for k in checks.FULL_GRAD_INPUTS},
+        **{"d_" + k: tf.constant(cot[k]) for k in checks.SEQ_GRADS},
+        use_peephole=cfg["use_peephole"], gate_layout=cfg["layout"])
+    for name, value in zip(checks.FULL_GRAD_INPUTS, kernel):
+        np.testing.assert_allclose(ours[name], value.numpy(), rtol=1e-11, atol=1e-11,
+                                   err_msg=name)

@@ -46,7 +46,7 @@ GPU_HOST_MEMORY = {
     "CudnnRNNCanonicalToParamsV2": PARAMS_SCALARS,
     "KerasToCudnnParams": (),
     "CudnnParamsToKeras": (),
-    "BlockLSTMFullGradGrad": None,  # CPU only: no GPU kernel (docs/block_lstm.md §7.2)
+    "BlockLSTMFullGradGrad": ("seq_len_max",),
     "CudnnRNNDropoutKept": None,  # CPU only: reads a reserve space on the host (§5.3 of cudnn_rnn.md)
 }
 

@@ -45,6 +45,25 @@ cudaError_t LstmBackward(cudaStream_t stream, const LstmDims& dims, const LstmAt
 }
 
 template <typename T>
+size_t LstmBackwardGradScratchBytes(const LstmDims& dims, const LstmAttrs& attrs,
+                                    int64_t seq_len_max) {
+  return CudaLstm<T>::BackwardGradScratchBytes(dims, attrs, seq_len_max);
+}
+
+template <typename T>
+cudaError_t LstmBackwardGrad(cudaStream_t stream, const LstmDims& dims, const LstmAttrs& attrs,
+                             int64_t seq_len_max, const LstmInputs<T>& in,
+                             const LstmActivations<const T*>& act,
+                             const LstmActivations<const T*>& out_grads,
+                             const LstmInputGrads<const T>& cot, const LstmBackwardGrads<T>& grads,
+                             void* scratch) {
+  TF_LSTM_GPU_RETURN_IF_ERROR(Initialize());
+  CudaBackend be(stream);
+  return CudaLstm<T>::BackwardGrad(be, dims, attrs, seq_len_max, in, act, out_grads, cot, grads,
+                                   scratch);
+}
+
+template <typename T>
 size_t LstmCellBackwardScratchBytes(const LstmDims& dims, const LstmAttrs& attrs) {
   return CudaLstm<T>::CellBackwardScratchBytes(dims, attrs);
 }
@@ -69,6 +88,11 @@ cudaError_t LstmCellBackward(cudaStream_t stream, const LstmDims& dims, const Ls
       cudaStream_t, const LstmDims&, const LstmAttrs&, int64_t, const LstmInputs<T>&,          \
       const LstmActivations<const T*>&, const LstmActivations<const T*>&,                      \
       const LstmInputGrads<T>&, void*);                                                        \
+  template size_t LstmBackwardGradScratchBytes<T>(const LstmDims&, const LstmAttrs&, int64_t); \
+  template cudaError_t LstmBackwardGrad<T>(                                                    \
+      cudaStream_t, const LstmDims&, const LstmAttrs&, int64_t, const LstmInputs<T>&,          \
+      const LstmActivations<const T*>&, const LstmActivations<const T*>&,                      \
+      const LstmInputGrads<const T>&, const LstmBackwardGrads<T>&, void*);                     \
   template size_t LstmCellBackwardScratchBytes<T>(const LstmDims&, const LstmAttrs&);          \
   template cudaError_t LstmCellBackward<T>(                                                    \
       cudaStream_t, const LstmDims&, const LstmAttrs&, const LstmInputs<T>&,                   \

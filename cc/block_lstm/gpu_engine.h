@@ -212,6 +212,101 @@ struct PeepholeChunking {
   }
 };
 
+// BackwardGrad (BlockLSTMFullGradGrad, docs/block_lstm.md §7.2) computes in A throughout: its
+// inputs are seen in A (16-bit: converted copies), its results are written in A and rounded
+// once, as the CPU engine's LstmBackwardGrad, which this mirrors step for step.
+
+// Sweep 1, one thread per (b, j): the backward step again, keeping the step's total dh and dcs
+// besides dgates; dc_carry is read (not at the last step, `first`) and overwritten in place.
+template <typename A, bool kPeephole>
+struct BackwardGradSweepFn {
+  int64_t H;
+  GateBlocks blk;
+  const A *wci, *wcf, *wco;            // [H], read only with kPeephole
+  LstmActivations<const A*> act, og;   // this step's [B, H] slices
+  const A* cs_prev;                    // [B, H] the state the step started from
+  const A* dh_carry;                   // [B, H] h's gradient from step t+1 (read unless first)
+  A* dc_carry;                         // [B, H]
+  bool first;                          // the last step: nothing is carried in
+  A *dgates, *dh_total, *dcs_total;    // [B, 4H], [B, H], [B, H]
+
+  TF_LSTM_HOST_DEVICE void operator()(int64_t k) const {
+    const int64_t b = k / H, j = k - b * H, row = b * 4 * H;
+    const A dh = og.h[k] + (first ? A(0) : dh_carry[k]);
+    const A dcs = og.cs[k] + (first ? A(0) : dc_carry[k]);
+    dh_total[k] = dh;
+    dcs_total[k] = dcs;
+    const CellActivations<A> a{act.i[k], act.cs[k], act.f[k], act.o[k], act.ci[k], act.co[k],
+                               A(0)};
+    const CellGradients<A> g = CellBackward<A>(
+        kPeephole, a, cs_prev[k], kPeephole ? wci[j] : A(0), kPeephole ? wcf[j] : A(0),
+        kPeephole ? wco[j] : A(0), dcs, dh,
+        ActivationGradients<A>{og.i[k], og.f[k], og.o[k], og.ci[k], og.co[k]});
+    dgates[row + blk.i * H + j] = g.d_i;
+    dgates[row + blk.c * H + j] = g.d_c;
+    dgates[row + blk.f * H + j] = g.d_f;
+    dgates[row + blk.o * H + j] = g.d_o;
+    dc_carry[k] = g.cs_prev_grad;
+  }
+};
+
+// Sweep 2, forward in time, one thread per (b, j): the adjoint of step t's element-wise
+// backward (CellBackwardAdjoint). dgates_cot already holds every product's share of dgates'
+// cotangent; cot_b's is added here. The peephole weights' shares go to this step's rows of
+// peep_terms ([B, 3H]: wci, wcf, wco), summed over all rows after the sweep.
+template <typename A, bool kPeephole>
+struct BackwardGradAdjointFn {
+  int64_t H;
+  GateBlocks blk;
+  const A *wci, *wcf, *wco;              // [H], read only with kPeephole
+  const A *cot_wci, *cot_wcf, *cot_wco;  // [H], read only with kPeephole
+  const A* cot_b;                        // [4H]
+  LstmActivations<const A*> act, og;     // this step's [B, H] slices
+  const A *cs_prev, *dh_total, *dcs_total;  // [B, H]
+  const A* dgates_cot;                   // [B, 4H]
+  A* cs_prev_grad_cot;   // [B, H] the carried cs gradient's cotangent: read, then overwritten
+  A* cs_before_cot;      // [B, H] cs_prev's cotangent: written at t = 0, else accumulated
+  bool first;            // t == 0
+  LstmActivations<A*> r_act, r_og;       // this step's [B, H] result slices
+  A* peep_terms;                         // [B, 3H] (kPeephole)
+
+  TF_LSTM_HOST_DEVICE void operator()(int64_t k) const {
+    const int64_t b = k / H, j = k - b * H, row = b * 4 * H;
+    const int64_t ci = blk.i * H + j, cc = blk.c * H + j, cf = blk.f * H + j, co = blk.o * H + j;
+    const CellActivations<A> a{act.i[k], act.cs[k], act.f[k], act.o[k], act.ci[k], act.co[k],
+                               A(0)};
+    const CellBackwardCotangents<A> r = CellBackwardAdjoint<A>(
+        kPeephole, a, cs_prev[k], kPeephole ? wci[j] : A(0), kPeephole ? wcf[j] : A(0),
+        kPeephole ? wco[j] : A(0), dcs_total[k], dh_total[k],
+        ActivationGradients<A>{og.i[k], og.f[k], og.o[k], og.ci[k], og.co[k]},
+        CellGradients<A>{dgates_cot[row + ci] + cot_b[ci], dgates_cot[row + cc] + cot_b[cc],
+                         dgates_cot[row + cf] + cot_b[cf], dgates_cot[row + co] + cot_b[co],
+                         cs_prev_grad_cot[k]},
+        kPeephole ? cot_wci[j] : A(0), kPeephole ? cot_wcf[j] : A(0),
+        kPeephole ? cot_wco[j] : A(0));
+    r_act.i[k] = r.i;
+    r_act.f[k] = r.f;
+    r_act.o[k] = r.o;
+    r_act.ci[k] = r.ci;
+    r_act.co[k] = r.co;
+    r_act.cs[k] += r.cs;
+    cs_before_cot[k] = first ? r.cs_prev : cs_before_cot[k] + r.cs_prev;
+    r_og.i[k] = r.ext.i;
+    r_og.f[k] = r.ext.f;
+    r_og.o[k] = r.ext.o;
+    r_og.ci[k] = r.ext.ci;
+    r_og.co[k] = r.ext.co;
+    r_og.cs[k] = r.dcs;  // dcs = carried + cs_grad: both get its cotangent
+    r_og.h[k] = r.dh;
+    cs_prev_grad_cot[k] = r.dcs;
+    if (kPeephole) {
+      peep_terms[b * 3 * H + j] = r.wci;
+      peep_terms[b * 3 * H + H + j] = r.wcf;
+      peep_terms[b * 3 * H + 2 * H + j] = r.wco;
+    }
+  }
+};
+
 }  // namespace lstm
 
 template <typename Backend, typename T>
@@ -286,6 +381,76 @@ struct LstmEngine {
     if (kConvert) s.dgates = c.Take<A>(B * 4 * H);
     s.partial = c.Take<A>(lstm::PeepholeChunking(B).chunks * 3 * H);
     return s;
+  }
+
+  // BackwardGrad: its inputs and results in A (16-bit: converted copies; nullptr for float and
+  // double, which use the buffers themselves), the backward's per-step values and the sweeps'
+  // carries.
+  struct BackwardGradScratch {
+    void* blas = nullptr;
+    A *x = nullptr, *cs_prev = nullptr, *h_prev = nullptr, *w = nullptr, *b = nullptr;
+    A* peep = nullptr;  // [3H] wci, wcf, wco (use_peephole only)
+    A *act[7] = {}, *og[7] = {};
+    A *cot_x = nullptr, *cot_cs_prev = nullptr, *cot_h_prev = nullptr, *cot_w = nullptr;
+    A *cot_b = nullptr, *cot_peep = nullptr;
+    A *r_x = nullptr, *r_cs_prev = nullptr, *r_h_prev = nullptr, *r_w = nullptr;
+    A *r_act[7] = {}, *r_og[7] = {};
+    A* dgates = nullptr;            // [L·B, 4H] the backward's dgates
+    A* dgates_cot = nullptr;        // [L·B, 4H] their cotangents
+    A *dh_seq = nullptr, *dcs_seq = nullptr;  // [L·B, H] each step's total dh, dcs
+    A *carry_c = nullptr, *carry_h = nullptr, *cs_prev_grad_cot = nullptr;  // [B, H]
+    A* peep_terms = nullptr;        // [L·B, 3H] (use_peephole only)
+    A* ones = nullptr;              // [L·B]
+    A* peep_sums = nullptr;         // [3H] (use_peephole only)
+  };
+  static BackwardGradScratch CarveBackwardGrad(ScratchCarver& c, const LstmDims& d,
+                                               const LstmAttrs& at, int64_t L) {
+    BackwardGradScratch s;
+    if (!Runs(d, L)) return s;
+    const int64_t B = d.batch, I = d.input, H = d.cell, G = 4 * H, rows = L * B;
+    const int64_t step = B * H, seq = L * step;
+    auto staged = [&](int64_t n) { return kConvert ? c.Take<A>(n) : nullptr; };
+    s.blas = c.TakeBytes(Backend::kBlasWorkspaceBytes);
+    s.x = staged(rows * I);
+    s.cs_prev = staged(step);
+    s.h_prev = staged(step);
+    s.w = staged((I + H) * G);
+    s.b = staged(G);
+    for (int k = 0; k < 7; ++k) {
+      s.act[k] = staged(seq);
+      s.og[k] = staged(seq);
+      s.r_act[k] = staged(seq);
+      s.r_og[k] = staged(seq);
+    }
+    s.cot_x = staged(rows * I);
+    s.cot_cs_prev = staged(step);
+    s.cot_h_prev = staged(step);
+    s.cot_w = staged((I + H) * G);
+    s.cot_b = staged(G);
+    s.r_x = staged(rows * I);
+    s.r_cs_prev = staged(step);
+    s.r_h_prev = staged(step);
+    s.r_w = staged((I + H) * G);
+    if (at.use_peephole) {
+      s.peep = c.Take<A>(3 * H);
+      s.cot_peep = c.Take<A>(3 * H);
+      s.peep_terms = c.Take<A>(rows * 3 * H);
+      s.peep_sums = c.Take<A>(3 * H);
+    }
+    s.dgates = c.Take<A>(rows * G);
+    s.dgates_cot = c.Take<A>(rows * G);
+    s.dh_seq = c.Take<A>(seq);
+    s.dcs_seq = c.Take<A>(seq);
+    s.carry_c = c.Take<A>(step);
+    s.carry_h = c.Take<A>(step);
+    s.cs_prev_grad_cot = c.Take<A>(step);
+    s.ones = c.Take<A>(rows);
+    return s;
+  }
+  static size_t BackwardGradScratchBytes(const LstmDims& d, const LstmAttrs& at, int64_t L) {
+    ScratchCarver c(nullptr);
+    CarveBackwardGrad(c, d, at, L);
+    return c.Bytes();
   }
 
   static size_t ForwardScratchBytes(const LstmDims& d, const LstmAttrs& at, int64_t L) {
@@ -445,6 +610,183 @@ struct LstmEngine {
   }
 
   // ---------------------------------------------------------------------------------------
+  // BlockLSTMFullGradGrad (docs/block_lstm.md §7.2): the gradient of Backward (with every
+  // output gradient) w.r.t. all its inputs for the cotangents `cot` of its results. Sweep 1
+  // runs the backward again keeping each step's dgates and total dh, dcs; sweep 2 runs its
+  // adjoint forward in time (the [B,H]x[H,4H] product per step); then whole-sequence products.
+  // Results at steps >= seq_len_max and b's are zero.
+  // ---------------------------------------------------------------------------------------
+  static cudaError_t BackwardGrad(Backend& be, const LstmDims& d, const LstmAttrs& at, int64_t L,
+                                  const LstmInputs<T>& in, const LstmActivations<const T*>& act,
+                                  const LstmActivations<const T*>& og,
+                                  const LstmInputGrads<const T>& cot,
+                                  const LstmBackwardGrads<T>& grads, void* scratch) {
+    const int64_t B = d.batch, I = d.input, H = d.cell, G = 4 * H, step = B * H;
+    const int64_t rows = L * B, seq = L * step;
+    if (L < 0 || L > d.time) return cudaErrorInvalidValue;
+    const T zero = Cast<T>(0.0f);
+    T* const act_out[7] = {grads.act.i, grads.act.cs, grads.act.f, grads.act.o,
+                           grads.act.ci, grads.act.co, grads.act.h};
+    T* const og_out[7] = {grads.out_grads.i, grads.out_grads.cs, grads.out_grads.f,
+                          grads.out_grads.o, grads.out_grads.ci, grads.out_grads.co,
+                          grads.out_grads.h};
+    const LstmInputGrads<T>& gi = grads.inputs;
+
+    // Steps at or past seq_len_max take part in nothing: their results are zero; so is b's.
+    TF_LSTM_GPU_RETURN_IF_ERROR(Fill(be, gi.x + rows * I, (d.time - L) * B * I, zero));
+    for (int k = 0; k < 7; ++k) {
+      TF_LSTM_GPU_RETURN_IF_ERROR(Fill(be, act_out[k] + seq, (d.time - L) * step, zero));
+      TF_LSTM_GPU_RETURN_IF_ERROR(Fill(be, og_out[k] + seq, (d.time - L) * step, zero));
+    }
+    TF_LSTM_GPU_RETURN_IF_ERROR(Fill(be, gi.b, G, zero));
+    if (!at.use_peephole || !Runs(d, L)) {
+      TF_LSTM_GPU_RETURN_IF_ERROR(FillPeepholes(be, gi.wci, gi.wcf, gi.wco, H));
+    }
+    if (!Runs(d, L)) {
+      TF_LSTM_GPU_RETURN_IF_ERROR(Fill(be, gi.x, rows * I, zero));
+      TF_LSTM_GPU_RETURN_IF_ERROR(Fill(be, gi.cs_prev, step, zero));
+      TF_LSTM_GPU_RETURN_IF_ERROR(Fill(be, gi.h_prev, step, zero));
+      TF_LSTM_GPU_RETURN_IF_ERROR(Fill(be, gi.w, (I + H) * G, zero));
+      for (int k = 0; k < 7; ++k) {
+        TF_LSTM_GPU_RETURN_IF_ERROR(Fill(be, act_out[k], seq, zero));
+        TF_LSTM_GPU_RETURN_IF_ERROR(Fill(be, og_out[k], seq, zero));
+      }
+      return cudaSuccess;
+    }
+
+    ScratchCarver carver(scratch);
+    const BackwardGradScratch s = CarveBackwardGrad(carver, d, at, L);
+    be.SetBlasWorkspace(s.blas);
+
+    // Every input in A.
+    const A *x, *cs_prev, *h_prev, *w, *cot_x, *cot_cs_prev, *cot_h_prev, *cot_w, *cot_b;
+    TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, in.x, rows * I, s.x, &x));
+    TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, in.cs_prev, step, s.cs_prev, &cs_prev));
+    TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, in.h_prev, step, s.h_prev, &h_prev));
+    TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, in.w, (I + H) * G, s.w, &w));
+    TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, cot.x, rows * I, s.cot_x, &cot_x));
+    TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, cot.cs_prev, step, s.cot_cs_prev, &cot_cs_prev));
+    TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, cot.h_prev, step, s.cot_h_prev, &cot_h_prev));
+    TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, cot.w, (I + H) * G, s.cot_w, &cot_w));
+    TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, cot.b, G, s.cot_b, &cot_b));
+    const A* peep[3] = {nullptr, nullptr, nullptr};
+    const A* cot_peep[3] = {nullptr, nullptr, nullptr};
+    if (at.use_peephole) {  // three [H] vectors side by side in scratch
+      const T* const peep_in[3] = {in.wci, in.wcf, in.wco};
+      const T* const cot_peep_in[3] = {cot.wci, cot.wcf, cot.wco};
+      for (int k = 0; k < 3; ++k) {
+        TF_LSTM_GPU_RETURN_IF_ERROR(Convert(be, peep_in[k], s.peep + k * H, H));
+        TF_LSTM_GPU_RETURN_IF_ERROR(Convert(be, cot_peep_in[k], s.cot_peep + k * H, H));
+        peep[k] = s.peep + k * H;
+        cot_peep[k] = s.cot_peep + k * H;
+      }
+    }
+    const T* const act_in[7] = {act.i, act.cs, act.f, act.o, act.ci, act.co, act.h};
+    const T* const og_in[7] = {og.i, og.cs, og.f, og.o, og.ci, og.co, og.h};
+    const A* a_seq[7];
+    const A* og_seq[7];
+    A* r_act_seq[7];
+    A* r_og_seq[7];
+    for (int k = 0; k < 7; ++k) {
+      TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, act_in[k], seq, s.act[k], &a_seq[k]));
+      TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, og_in[k], seq, s.og[k], &og_seq[k]));
+      r_act_seq[k] = OutOrScratch(act_out[k], s.r_act[k]);
+      r_og_seq[k] = OutOrScratch(og_out[k], s.r_og[k]);
+    }
+    const LstmActivations<const A*> a = SetOf(a_seq), o = SetOf(og_seq);
+    const LstmActivations<A*> r_act = SetOf(r_act_seq), r_og = SetOf(r_og_seq);
+    A* r_x = OutOrScratch(gi.x, s.r_x);
+    A* r_cs_prev = OutOrScratch(gi.cs_prev, s.r_cs_prev);
+    A* r_h_prev = OutOrScratch(gi.h_prev, s.r_h_prev);
+    A* r_w = OutOrScratch(gi.w, s.r_w);
+    const A* w_h = w + I * G;
+    const GateBlocks blk = BlocksOf(at.layout);
+    auto state_before = [&](int64_t t) { return t == 0 ? cs_prev : a.cs + (t - 1) * step; };
+
+    // 1. The backward again, keeping every step's dgates and total dh, dcs.
+    for (int64_t t = L - 1; t >= 0; --t) {
+      A* dg = s.dgates + t * B * G;
+      TF_LSTM_GPU_RETURN_IF_ERROR(WithFlags(at.use_peephole, [&](auto peephole) {
+        return be.ForEach(step, lstm::BackwardGradSweepFn<A, decltype(peephole)::value>{
+                                    H, blk, peep[0], peep[1], peep[2], AtStep(a, t, step),
+                                    AtStep(o, t, step), state_before(t), s.carry_h, s.carry_c,
+                                    t == L - 1, dg, s.dh_seq + t * step, s.dcs_seq + t * step});
+      }));
+      if (t > 0) {
+        TF_LSTM_GPU_RETURN_IF_ERROR(Gemm(be, false, true, B, H, G, static_cast<const A*>(dg),
+                                         w_h, false, s.carry_h));
+      }
+    }
+
+    // 2. The adjoint sweep, forward in time. dgates' cotangent has shares from x_grad =
+    // dgates·Wxᵀ (cot_x·Wx), from w_grad = Σ [x_t; h_{t-1}]ᵀ·dgates_t ([x_t; h_{t-1}]·cot_w),
+    // both whole-sequence products, and from the carried h (its cotangent·Wh, per step).
+    TF_LSTM_GPU_RETURN_IF_ERROR(Gemm(be, false, false, rows, G, I, cot_x, w, false, s.dgates_cot));
+    TF_LSTM_GPU_RETURN_IF_ERROR(Gemm(be, false, false, rows, G, I, x, cot_w, true, s.dgates_cot));
+    TF_LSTM_GPU_RETURN_IF_ERROR(
+        Gemm(be, false, false, B, G, H, h_prev, cot_w + I * G, true, s.dgates_cot));
+    TF_LSTM_GPU_RETURN_IF_ERROR(Gemm(be, false, false, rows - B, G, H, a.h, cot_w + I * G, true,
+                                     s.dgates_cot + B * G));
+    TF_LSTM_GPU_RETURN_IF_ERROR(Fill(be, r_act.cs, seq, A(0)));
+    TF_LSTM_GPU_RETURN_IF_ERROR(Convert(be, cot_cs_prev, s.cs_prev_grad_cot, step));
+    for (int64_t t = 0; t < L; ++t) {
+      // The cotangent of the h gradient carried into step t: h_prev_grad's at t = 0, else step
+      // t-1's total dh's (just written as r_og.h).
+      const A* carry_h_cot = t == 0 ? cot_h_prev : r_og.h + (t - 1) * step;
+      A* dg_cot = s.dgates_cot + t * B * G;
+      TF_LSTM_GPU_RETURN_IF_ERROR(Gemm(be, false, false, B, G, H, carry_h_cot, w_h, true, dg_cot));
+      TF_LSTM_GPU_RETURN_IF_ERROR(WithFlags(at.use_peephole, [&](auto peephole) {
+        return be.ForEach(
+            step, lstm::BackwardGradAdjointFn<A, decltype(peephole)::value>{
+                      H, blk, peep[0], peep[1], peep[2], cot_peep[0], cot_peep[1], cot_peep[2],
+                      cot_b, AtStep(a, t, step), AtStep(o, t, step), state_before(t),
+                      s.dh_seq + t * step, s.dcs_seq + t * step, dg_cot, s.cs_prev_grad_cot,
+                      t == 0 ? r_cs_prev : r_act.cs + (t - 1) * step, t == 0,
+                      AtStep(r_act, t, step), AtStep(r_og, t, step),
+                      s.peep_terms == nullptr ? nullptr : s.peep_terms + t * B * 3 * H});
+      }));
+    }
+
+    // 3. The products' other shares: w from x_grad and the carried h (w_grad's transposes), x
+    // and h from w_grad.
+    const A* dgates = s.dgates;
+    TF_LSTM_GPU_RETURN_IF_ERROR(Gemm(be, true, false, I, G, rows, cot_x, dgates, false, r_w));
+    A* r_w_h = r_w + I * G;
+    TF_LSTM_GPU_RETURN_IF_ERROR(Gemm(be, true, false, H, G, B, cot_h_prev, dgates, false, r_w_h));
+    TF_LSTM_GPU_RETURN_IF_ERROR(Gemm(be, true, false, H, G, rows - B,
+                                     static_cast<const A*>(r_og.h), dgates + B * G, true, r_w_h));
+    TF_LSTM_GPU_RETURN_IF_ERROR(Gemm(be, false, true, rows, I, G, dgates, cot_w, false, r_x));
+    TF_LSTM_GPU_RETURN_IF_ERROR(
+        Gemm(be, false, true, B, H, G, dgates, cot_w + I * G, false, r_h_prev));
+    TF_LSTM_GPU_RETURN_IF_ERROR(Gemm(be, false, true, rows - B, H, G, dgates + B * G,
+                                     cot_w + I * G, false, r_act.h));
+    // the last step's h feeds no product
+    TF_LSTM_GPU_RETURN_IF_ERROR(Fill(be, r_act.h + seq - step, step, A(0)));
+    if (at.use_peephole) {  // Σ over every row of the per-element shares, as a GEMM with ones
+      TF_LSTM_GPU_RETURN_IF_ERROR(Fill(be, s.ones, rows, A(1)));
+      TF_LSTM_GPU_RETURN_IF_ERROR(Gemm(be, false, false, 1, 3 * H, rows,
+                                       static_cast<const A*>(s.ones),
+                                       static_cast<const A*>(s.peep_terms), false, s.peep_sums));
+      TF_LSTM_GPU_RETURN_IF_ERROR(Convert(be, static_cast<const A*>(s.peep_sums), gi.wci, H));
+      TF_LSTM_GPU_RETURN_IF_ERROR(
+          Convert(be, static_cast<const A*>(s.peep_sums + H), gi.wcf, H));
+      TF_LSTM_GPU_RETURN_IF_ERROR(
+          Convert(be, static_cast<const A*>(s.peep_sums + 2 * H), gi.wco, H));
+    }
+    if constexpr (kConvert) {  // each result rounded to T once
+      TF_LSTM_GPU_RETURN_IF_ERROR(Convert(be, static_cast<const A*>(r_x), gi.x, rows * I));
+      TF_LSTM_GPU_RETURN_IF_ERROR(Convert(be, static_cast<const A*>(r_cs_prev), gi.cs_prev, step));
+      TF_LSTM_GPU_RETURN_IF_ERROR(Convert(be, static_cast<const A*>(r_h_prev), gi.h_prev, step));
+      TF_LSTM_GPU_RETURN_IF_ERROR(Convert(be, static_cast<const A*>(r_w), gi.w, (I + H) * G));
+      for (int k = 0; k < 7; ++k) {
+        TF_LSTM_GPU_RETURN_IF_ERROR(Convert(be, static_cast<const A*>(r_act_seq[k]), act_out[k], seq));
+        TF_LSTM_GPU_RETURN_IF_ERROR(Convert(be, static_cast<const A*>(r_og_seq[k]), og_out[k], seq));
+      }
+    }
+    return cudaSuccess;
+  }
+
+  // ---------------------------------------------------------------------------------------
   // LSTMBlockCellGrad: cs_prev_grad [B,H], dgates [B,4H] and, with use_peephole only,
   // wc*_grad [H]. Element-wise only; `og` as for Backward (h is the cell's h_grad).
   // Without use_peephole the peephole gradients are NOT written: the op does not validate the
@@ -495,6 +837,12 @@ struct LstmEngine {
   }
 
  private:
+  // The seven per-step sequences of an array in LstmActivations' order (i, cs, f, o, ci, co, h).
+  template <typename P>
+  static LstmActivations<P> SetOf(P const (&p)[7]) {
+    return {p[0], p[1], p[2], p[3], p[4], p[5], p[6]};
+  }
+
   // Zeroes the three [H] peephole gradients.
   static cudaError_t FillPeepholes(Backend& be, T* wci, T* wcf, T* wco, int64_t H) {
     const T zero = Cast<T>(0.0f);

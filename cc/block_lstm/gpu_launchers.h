@@ -36,6 +36,21 @@ cudaError_t LstmBackward(cudaStream_t stream, const LstmDims& dims, const LstmAt
                          const LstmActivations<const T*>& out_grads,
                          const LstmInputGrads<T>& grads, void* scratch);
 
+// BlockLSTMFullGradGrad (docs/block_lstm.md §7.2): the gradient of LstmBackward with every
+// output gradient w.r.t. all its inputs, for the cotangents `cot` of its eight results. Writes
+// every result in `grads` (zero at steps >= seq_len_max, b's zero, the peephole ones zero
+// without use_peephole).
+template <typename T>
+size_t LstmBackwardGradScratchBytes(const LstmDims& dims, const LstmAttrs& attrs,
+                                    int64_t seq_len_max);
+template <typename T>
+cudaError_t LstmBackwardGrad(cudaStream_t stream, const LstmDims& dims, const LstmAttrs& attrs,
+                             int64_t seq_len_max, const LstmInputs<T>& in,
+                             const LstmActivations<const T*>& act,
+                             const LstmActivations<const T*>& out_grads,
+                             const LstmInputGrads<const T>& cot, const LstmBackwardGrads<T>& grads,
+                             void* scratch);
+
 // LSTMBlockCellGrad: cs_prev_grad [B,H], dgates [B,4H] (ICFO) and, with use_peephole only,
 // wci/wcf/wco_grad [H]. Without use_peephole they are not touched: the op does not check the
 // peephole lengths then (as TF), so the caller zero-fills them with their own length.

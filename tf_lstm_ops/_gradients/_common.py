@@ -1,7 +1,12 @@
-"""What the gradient modules share: a string attribute read from an op, where an op runs, and
-running a composite in the kernels' compute type."""
+"""What the gradient modules share: a string attribute read from an op, where an op runs and
+whether a kernel exists there, and running a composite in the kernels' compute type."""
+
+import functools
 
 import tensorflow as tf
+from tensorflow.python.framework import kernels
+
+from tf_lstm_ops._loader import OP_NAMESPACE
 
 
 def string_attr(op, name):
@@ -19,12 +24,27 @@ def in_compute_type(fn, tensors):
     return [tf.cast(t, dtype) for t in fn(wide)]
 
 
-def runs_on_cpu(op):
-    """Whether `op` runs on a CPU: its device's type (in eager, the device its output is on: where
-    it ran); unplaced or without a device type, whether the process sees no GPU. The fused
-    second-order kernels (docs/block_lstm.md §7.2) have CPU kernels only."""
+def device_type(op):
+    """"CPU" or "GPU": where `op` runs: its device's type (in eager, the device its output is on:
+    where it ran); unplaced or without a device type, GPU when the process sees one."""
     device = getattr(op, "device", "") or (op.outputs[0].device if op.outputs else "")
-    device_type = tf.DeviceSpec.from_string(device).device_type if device else None
-    if device_type:
-        return device_type.upper() == "CPU"
-    return not tf.config.list_logical_devices("GPU")
+    kind = tf.DeviceSpec.from_string(device).device_type if device else None
+    if kind:
+        return kind.upper()
+    return "GPU" if tf.config.list_logical_devices("GPU") else "CPU"
+
+
+def runs_on_cpu(op):
+    return device_type(op) == "CPU"
+
+
+@functools.lru_cache(maxsize=None)
+def _has_kernel(op_name, kind):
+    return any(k.device_type == kind
+               for k in kernels.get_registered_kernels_for_op(OP_NAMESPACE + op_name).kernel)
+
+
+def has_kernel_where(op_name, op):
+    """Whether our op `op_name` has a kernel on the device type `op` runs on: the fused
+    second-order op (docs/block_lstm.md §7.2) has CPU kernels, and GPU ones in a CUDA build."""
+    return _has_kernel(op_name, device_type(op))

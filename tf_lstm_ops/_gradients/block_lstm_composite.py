@@ -11,15 +11,16 @@ saved activations included, so the chain continues through the forward op's own 
 gradient (BlockLSTMFullGrad takes gradients for all seven outputs, docs/block_lstm.md §6.5).
 Every order works.
 
-On the CPU the sequence gradient ops' gradients run the fused BlockLSTMFullGradGrad instead
-(docs/block_lstm.md §7.2: the backward again, then its adjoint as one forward sweep); the
-composite serves the GPU (that op has no GPU kernel yet), LSTMBlockCellGrad (one step: nothing to
-fuse) and the fused op's own gradient (third order and up).
+Where BlockLSTMFullGradGrad has a kernel (the CPU; the GPU in a CUDA build of the library) the
+sequence gradient ops' gradients run it instead (docs/block_lstm.md §7.2: the backward again,
+then its adjoint as one forward sweep); the composite serves a GPU without that kernel,
+LSTMBlockCellGrad (one step: nothing to fuse) and the fused op's own gradient (third order and
+up).
 """
 
 import tensorflow as tf
 
-from tf_lstm_ops._gradients._common import in_compute_type, runs_on_cpu, string_attr
+from tf_lstm_ops._gradients._common import has_kernel_where, in_compute_type, string_attr
 from tf_lstm_ops._gradients.block_lstm import _INPUTS, _OUTPUTS as _ACTIVATIONS
 from tf_lstm_ops._loader import OP_NAMESPACE, library
 
@@ -167,7 +168,7 @@ def _fused_sequence_grad_grad(op, grads, layout, full):
 
 
 def _sequence_grad_grad(op, grads, layout, full):
-    if runs_on_cpu(op):  # BlockLSTMFullGradGrad has CPU kernels only
+    if has_kernel_where("BlockLSTMFullGradGrad", op):  # CPU; GPU in a CUDA build
         return _fused_sequence_grad_grad(op, grads, layout, full)
 
     def composite(t):

@@ -15,9 +15,11 @@
 // Calls return nothing; a failed call raises RuntimeError (CUDA error + launcher detail), a bad
 // backend, dtype, layout or size raises ValueError. "cuda" calls are asynchronous on `stream`.
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "cc/gpu/backend_host.h"
 #include "cc/block_lstm/gpu_engine.h"
@@ -160,6 +162,78 @@ void Backward(const std::string& backend, const std::string& dtype, uintptr_t st
   });
 }
 
+size_t BackwardGradScratchBytes(const std::string& backend, const std::string& dtype, int64_t T,
+                                int64_t B, int64_t I, int64_t H, const std::string& layout,
+                                bool use_peephole, int64_t seq_len_max) {
+  const bool cuda = IsCuda(backend);
+  const LstmDims dims = MakeDims(T, B, I, H);
+  CheckSeqLenMax(dims, seq_len_max);
+  const LstmAttrs attrs{ParseLayout(layout), 0.0f, 0.0f, use_peephole};
+  return WithDtype(dtype, [&](auto tag) -> size_t {
+    using S = decltype(tag);
+    return cuda ? LstmBackwardGradScratchBytes<S>(dims, attrs, seq_len_max)
+                : LstmEngine<HostBackend, S>::BackwardGradScratchBytes(dims, attrs, seq_len_max);
+  });
+}
+
+// Address lists in the orders of block_lstm_types.h: inputs and cotangents x, cs_prev, h_prev,
+// w, wci, wcf, wco, b (8); activations and output gradients i, cs, f, o, ci, co, h (7).
+std::vector<uintptr_t> Addresses(const std::vector<uintptr_t>& list, size_t count,
+                                 const char* name) {
+  if (list.size() != count) {
+    throw py::value_error(std::string(name) + " must hold " + std::to_string(count) +
+                          " addresses, not " + std::to_string(list.size()));
+  }
+  return list;
+}
+
+void BackwardGrad(const std::string& backend, const std::string& dtype, uintptr_t stream,
+                  int64_t T, int64_t B, int64_t I, int64_t H, const std::string& layout,
+                  bool use_peephole, int64_t seq_len_max, const std::vector<uintptr_t>& inputs,
+                  const std::vector<uintptr_t>& act, const std::vector<uintptr_t>& out_grads,
+                  const std::vector<uintptr_t>& cot, const std::vector<uintptr_t>& grads,
+                  uintptr_t scratch) {
+  const bool cuda = IsCuda(backend);
+  const LstmDims dims = MakeDims(T, B, I, H);
+  CheckSeqLenMax(dims, seq_len_max);
+  const LstmAttrs attrs{ParseLayout(layout), 0.0f, 0.0f, use_peephole};
+  const auto in_p = Addresses(inputs, 8, "inputs"), act_p = Addresses(act, 7, "act");
+  const auto og_p = Addresses(out_grads, 7, "out_grads"), cot_p = Addresses(cot, 8, "cot");
+  const auto g_p = Addresses(grads, 22, "grads");
+  WithDtype(dtype, [&](auto tag) {
+    using S = decltype(tag);
+    const LstmInputs<S> in =
+        Inputs<S>(in_p[0], in_p[1], in_p[2], in_p[3], in_p[4], in_p[5], in_p[6], in_p[7]);
+    const LstmActivations<const S*> a = Activations<const S>(
+        act_p[0], act_p[1], act_p[2], act_p[3], act_p[4], act_p[5], act_p[6]);
+    const LstmActivations<const S*> og =
+        Activations<const S>(og_p[0], og_p[1], og_p[2], og_p[3], og_p[4], og_p[5], og_p[6]);
+    const LstmInputGrads<const S> c{Ptr<const S>(cot_p[0]), Ptr<const S>(cot_p[1]),
+                                    Ptr<const S>(cot_p[2]), Ptr<const S>(cot_p[3]),
+                                    Ptr<const S>(cot_p[4]), Ptr<const S>(cot_p[5]),
+                                    Ptr<const S>(cot_p[6]), Ptr<const S>(cot_p[7])};
+    const LstmBackwardGrads<S> g{
+        {Ptr<S>(g_p[0]), Ptr<S>(g_p[1]), Ptr<S>(g_p[2]), Ptr<S>(g_p[3]), Ptr<S>(g_p[4]),
+         Ptr<S>(g_p[5]), Ptr<S>(g_p[6]), Ptr<S>(g_p[7])},
+        Activations<S>(g_p[8], g_p[9], g_p[10], g_p[11], g_p[12], g_p[13], g_p[14]),
+        Activations<S>(g_p[15], g_p[16], g_p[17], g_p[18], g_p[19], g_p[20], g_p[21])};
+    void* scratch_ptr = Ptr<void>(scratch);
+    cudaError_t status;
+    {
+      py::gil_scoped_release release;
+      if (cuda) {
+        status = LstmBackwardGrad<S>(Stream(stream), dims, attrs, seq_len_max, in, a, og, c, g,
+                                     scratch_ptr);
+      } else {
+        HostBackend be;
+        status = LstmEngine<HostBackend, S>::BackwardGrad(be, dims, attrs, seq_len_max, in, a,
+                                                          og, c, g, scratch_ptr);
+      }
+    }
+    Check(status, "LstmBackwardGrad");
+  });
+}
+
 size_t CellBackwardScratchBytes(const std::string& backend, const std::string& dtype, int64_t B,
                                 int64_t I, int64_t H, const std::string& layout,
                                 bool use_peephole) {
@@ -247,6 +321,20 @@ void RegisterLstm(py::module_& m) {
         "[T,B,H]; only steps < seq_len_max are read. Writes every gradient x_grad [T,B,I] (zero "
         "at steps >= seq_len_max), cs_prev_grad, h_prev_grad [B,H], w_grad [I+H,4H], "
         "wci/wcf/wco_grad [H] (zero without use_peephole), b_grad [4H].");
+  m.def("lstm_backward_grad_scratch_bytes", &BackwardGradScratchBytes, py::arg("backend"),
+        py::arg("dtype"), py::arg("T"), py::arg("B"), py::arg("I"), py::arg("H"),
+        py::arg("layout"), py::arg("use_peephole"), py::arg("seq_len_max"),
+        "Scratch bytes lstm_backward_grad needs.");
+  m.def("lstm_backward_grad", &BackwardGrad, py::arg("backend"), py::arg("dtype"),
+        py::arg("stream"), py::arg("T"), py::arg("B"), py::arg("I"), py::arg("H"),
+        py::arg("layout"), py::arg("use_peephole"), py::arg("seq_len_max"), py::arg("inputs"),
+        py::arg("act"), py::arg("out_grads"), py::arg("cot"), py::arg("grads"),
+        py::arg("scratch"),
+        "BlockLSTMFullGradGrad: the gradient of BlockLSTMFullGrad w.r.t. its inputs.\n\n"
+        "Address lists: inputs x, cs_prev, h_prev, w, wci, wcf, wco, b (the forward's); act i, "
+        "cs, f, o, ci, co, h and out_grads (their gradients) [T,B,H]; cot: the cotangents of "
+        "FullGrad's eight results, shaped like the inputs; grads (22): the results w.r.t. the "
+        "eight inputs, the seven activations and the seven output gradients.");
   m.def("lstm_cell_backward_scratch_bytes", &CellBackwardScratchBytes, py::arg("backend"),
         py::arg("dtype"), py::arg("B"), py::arg("I"), py::arg("H"), py::arg("layout"),
         py::arg("use_peephole"), "Scratch bytes lstm_cell_backward needs.");

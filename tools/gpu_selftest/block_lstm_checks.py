@@ -27,11 +27,17 @@ INPUTS = ("x", "cs_prev", "h_prev", "w", "wci", "wcf", "wco", "b")
 SEQ_GRADS = ref.SEQ_GRAD_NAMES  # x_grad .. b_grad
 CELL_GRADS = ref.CELL_GRAD_NAMES  # cs_prev_grad, dicfo, wci_grad, wcf_grad, wco_grad
 GATE_GRADS = ("i_grad", "f_grad", "o_grad", "ci_grad", "co_grad")  # BlockLSTMFullGrad only
+# BlockLSTMFullGradGrad's 22 float inputs, in the order of its results (block_lstm_types.h's
+# LstmBackwardGrads: the forward's inputs, the activations, the output gradients)
+OUTPUT_GRADS = tuple(k + "_grad" for k in OUTPUTS)  # i_grad, cs_grad, ..., h_grad
+FULL_GRAD_INPUTS = INPUTS + OUTPUTS + OUTPUT_GRADS
 
 # max|ours - reference| / max(1, max|reference|): the CPU kernels' test tolerances
 # (tests/test_block_lstm_forward.py, tests/test_block_lstm_backward.py).
 FORWARD_TOL = {"float64": 1e-10, "float32": 1e-5, "half": 3e-3, "bfloat16": 3e-2}
 BACKWARD_TOL = {"float64": 1e-10, "float32": 1e-5, "half": 1e-2, "bfloat16": 3e-2}
+# BlockLSTMFullGradGrad: |<results, d> - central difference| / max(1, Σ|results · d|)
+BACKWARD_GRAD_TOL = {"float64": 1e-7, "float32": 1e-4, "half": 1e-2, "bfloat16": 3e-2}
 
 # ------------------------------------------------------------------------------------------
 # storage types and allocators: storage.py (shared with cudnn_rnn_checks.py)
@@ -198,6 +204,26 @@ def run_cell_backward(module, alloc, dtype, case, cfg, problems=None):
     return {k: alloc.download(v, dtype) for k, v in outs.items()}
 
 
+def run_backward_grad(module, alloc, dtype, case, cot, cfg, problems=None):
+    """Runs lstm_backward_grad (BlockLSTMFullGradGrad) on a full-gradient case and the
+    cotangents `cot` of x_grad..b_grad (float64); returns its 22 results, keyed like
+    FULL_GRAD_INPUTS, as float64."""
+    problems = [] if problems is None else problems
+    T, B, I, H = _dims(cfg)
+    bufs = {k: alloc.upload(case[k], dtype) for k in FULL_GRAD_INPUTS}
+    cot_bufs = [alloc.upload(cot[k], dtype) for k in SEQ_GRADS]
+    outs = {k: alloc.empty(np.shape(case[k]), dtype) for k in FULL_GRAD_INPUTS}
+    attrs = (cfg["layout"], bool(cfg["use_peephole"]), cfg["L"])
+    nbytes = module.lstm_backward_grad_scratch_bytes(alloc.backend, dtype, T, B, I, H, *attrs)
+    ptrs = lambda names: [alloc.ptr(bufs[k]) for k in names]  # noqa: E731
+    _run_with_scratch(alloc, nbytes, lambda s: module.lstm_backward_grad(
+        alloc.backend, dtype, alloc.stream, T, B, I, H, *attrs, inputs=ptrs(INPUTS),
+        act=ptrs(OUTPUTS), out_grads=ptrs(OUTPUT_GRADS),
+        cot=[alloc.ptr(c) for c in cot_bufs], grads=[alloc.ptr(outs[k]) for k in FULL_GRAD_INPUTS],
+        scratch=s), problems, "lstm_backward_grad")
+    return {k: alloc.download(v, dtype) for k, v in outs.items()}
+
+
 # ------------------------------------------------------------------------------------------
 # comparisons
 # ------------------------------------------------------------------------------------------
@@ -327,6 +353,57 @@ def check_cell_backward(module, alloc, dtype, cfg, seed=0, tol=None):
     return errors, problems
 
 
+def check_backward_grad(module, alloc, dtype, cfg, seed=0, tol=None):
+    """BlockLSTMFullGradGrad (docs/block_lstm.md §7.2): its results projected on a random
+    direction d of its 22 inputs against the central difference, along d, of <cot, the float64
+    reference backward's results>. Results at t >= L (and the last valid step's h, which feeds
+    nothing), b's, and the peephole ones without use_peephole must be exactly zero."""
+    rng = np.random.default_rng(seed_for("bwdgrad", dtype, seed, sorted(cfg.items())))
+    tol = BACKWARD_GRAD_TOL[dtype] if tol is None else tol
+    T, B, I, H, L = cfg["T"], cfg["B"], cfg["I"], cfg["H"], cfg["L"]
+    case = backward_case(rng, cfg, dtype, full=True)
+    shapes = dict(x_grad=(T, B, I), cs_prev_grad=(B, H), h_prev_grad=(B, H), w_grad=(I + H, 4 * H),
+                  wci_grad=(H,), wcf_grad=(H,), wco_grad=(H,), b_grad=(4 * H,))
+    cot = {k: round_to(rng.normal(size=shapes[k]), dtype) for k in SEQ_GRADS}
+    direction = {k: rng.normal(size=np.shape(case[k])) for k in FULL_GRAD_INPUTS}
+    for k in OUTPUTS + OUTPUT_GRADS + ("x",):  # what the op never reads
+        direction[k][L:] = 0
+    if L > 0:
+        direction["h"][L - 1] = 0
+    if not cfg["use_peephole"]:
+        for k in ("wci", "wcf", "wco"):
+            direction[k][:] = 0
+    problems = []
+    out = run_backward_grad(module, alloc, dtype, poison_unused_peepholes(case, cfg["use_peephole"]),
+                            cot, cfg, problems)
+
+    def projected(eps):
+        moved = {k: case[k] + eps * direction[k] for k in FULL_GRAD_INPUTS}
+        grads = ref.block_lstm_grad(L, **{k: moved[k] for k in INPUTS + OUTPUTS},
+                                    **{k: moved[k] for k in OUTPUT_GRADS},
+                                    use_peephole=cfg["use_peephole"], layout=cfg["layout"])
+        return sum(float(np.sum(np.nan_to_num(grads[k]) * cot[k])) for k in SEQ_GRADS)
+
+    eps = 1e-5
+    numeric = (projected(eps) - projected(-eps)) / (2 * eps)
+    terms = [np.where(direction[k] != 0, out[k] * direction[k], 0.0) for k in FULL_GRAD_INPUTS]
+    analytic = sum(float(np.sum(t)) for t in terms)
+    scale = max(1.0, sum(float(np.sum(np.abs(t))) for t in terms))
+    error = abs(analytic - numeric) / scale if np.isfinite(analytic) else float("inf")
+    if not error <= tol:
+        problems.append("<results, d>: error %.3g > %.3g (%.6g vs %.6g)" % (
+            error, tol, analytic, numeric))
+    for k in OUTPUTS + OUTPUT_GRADS + ("x",):
+        _require_zero(out[k][L:], "%s result[t >= %d]" % (k, L), problems)
+    if L > 0:
+        _require_zero(out["h"][L - 1], "h result[t = %d]" % (L - 1), problems)
+    _require_zero(out["b"], "b result", problems)
+    if not cfg["use_peephole"] or L == 0:
+        for k in ("wci", "wcf", "wco"):
+            _require_zero(out[k], k + " result", problems)
+    return {"projection": error}, problems
+
+
 def check_deterministic(module, alloc, dtype, cfg, seed=0):
     """Forward and full backward twice on the same inputs: the bits must be identical."""
     rng = np.random.default_rng(seed_for("det", dtype, seed, sorted(cfg.items())))
@@ -358,7 +435,8 @@ def run_all(module, alloc, dtypes=DTYPES, configs=None, log=print):
             checks = [("forward", lambda: check_forward(module, alloc, dtype, cfg)),
                       ("backward", lambda: check_backward(module, alloc, dtype, cfg)),
                       ("full backward", lambda: check_backward(module, alloc, dtype, cfg, True)),
-                      ("cell backward", lambda: check_cell_backward(module, alloc, dtype, cfg))]
+                      ("cell backward", lambda: check_cell_backward(module, alloc, dtype, cfg)),
+                      ("backward grad", lambda: check_backward_grad(module, alloc, dtype, cfg))]
             for name, fn in checks:
                 errors, problems = fn()
                 count += 1

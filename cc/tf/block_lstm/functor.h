@@ -11,15 +11,17 @@
 
 namespace tf_lstm_ops {
 
-// Declared only: each device below specialises all three.
+// Declared only: each device below specialises all four.
 template <typename Device, typename T>
 struct LstmForward;
 template <typename Device, typename T>
 struct LstmBackward;
 template <typename Device, typename T>
 struct LstmCellBackward;
+template <typename Device, typename T>
+struct LstmBackwardGrad;
 
-// The three functors of one device. Contracts:
+// The four functors of one device. Contracts:
 //  - LstmForward: BlockLSTM / BlockLSTMV2 / LSTMBlockCell (time = 1); runs seq_len_max steps;
 //    every output is zero at steps >= seq_len_max.
 //  - LstmBackward: BlockLSTMGrad(V2); `out_grads` holds the gradients w.r.t. the seven
@@ -27,6 +29,9 @@ struct LstmCellBackward;
 //    every gradient; the peephole ones are zero without use_peephole.
 //  - LstmCellBackward: LSTMBlockCellGrad, the element-wise step only: cs_prev_grad [B,H],
 //    dgates [B,4H] and, with use_peephole, wci/wcf/wco_grad [H].
+//  - LstmBackwardGrad: BlockLSTMFullGradGrad (docs/block_lstm.md §7.2), the gradient of the
+//    backward with every output gradient w.r.t. all its inputs, given the cotangents `cot` of
+//    its eight results; writes all 22 results.
 // On the GPU they run on the op's stream (never synchronising) and name the op and step in
 // errors, with CUDA's message.
 #define TF_LSTM_OPS_DECLARE_LSTM_FUNCTORS(Device)                                               \
@@ -51,6 +56,15 @@ struct LstmCellBackward;
                             const LstmActivations<const T*>& act,                              \
                             const LstmActivations<const T*>& out_grads, T* cs_prev_grad,       \
                             T* dgates, T* wci_grad, T* wcf_grad, T* wco_grad);                 \
+  };                                                                                           \
+  template <typename T>                                                                        \
+  struct LstmBackwardGrad<Device, T> {                                                         \
+    absl::Status operator()(tensorflow::OpKernelContext* ctx, const LstmDims& dims,            \
+                            const LstmAttrs& attrs, int64_t seq_len_max,                       \
+                            const LstmInputs<T>& in, const LstmActivations<const T*>& act,     \
+                            const LstmActivations<const T*>& out_grads,                        \
+                            const LstmInputGrads<const T>& cot,                                \
+                            const LstmBackwardGrads<T>& grads);                                \
   };
 
 TF_LSTM_OPS_DECLARE_LSTM_FUNCTORS(CPUDevice)
@@ -58,19 +72,6 @@ TF_LSTM_OPS_DECLARE_LSTM_FUNCTORS(CPUDevice)
 TF_LSTM_OPS_DECLARE_LSTM_FUNCTORS(GpuDevice)
 #endif
 #undef TF_LSTM_OPS_DECLARE_LSTM_FUNCTORS
-
-// BlockLSTMFullGradGrad, on the CPU only (cc/block_lstm/cpu_engine.h, LstmBackwardGrad): the
-// gradient of the backward w.r.t. all its inputs, given the cotangents `cot` of its results.
-template <typename Device, typename T>
-struct LstmBackwardGrad;
-template <typename T>
-struct LstmBackwardGrad<CPUDevice, T> {
-  absl::Status operator()(tensorflow::OpKernelContext* ctx, const LstmDims& dims,
-                          const LstmAttrs& attrs, int64_t seq_len_max, const LstmInputs<T>& in,
-                          const LstmActivations<const T*>& act,
-                          const LstmActivations<const T*>& out_grads,
-                          const LstmInputGrads<const T>& cot, const LstmBackwardGrads<T>& grads);
-};
 
 }  // namespace tf_lstm_ops
 

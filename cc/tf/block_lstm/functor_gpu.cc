@@ -32,7 +32,8 @@ auto DevActivations(const LstmActivations<P>& a) -> LstmActivations<decltype(Dev
 }
 
 template <typename T>
-LstmInputGrads<StorageOf<T>> DevGrads(const LstmInputGrads<T>& g) {
+auto DevGrads(const LstmInputGrads<T>& g) -> LstmInputGrads<
+    std::remove_pointer_t<decltype(Dev(g.x))>> {
   return {Dev(g.x),   Dev(g.cs_prev), Dev(g.h_prev), Dev(g.w),
           Dev(g.wci), Dev(g.wcf),     Dev(g.wco),    Dev(g.b)};
 }
@@ -86,10 +87,30 @@ absl::Status LstmCellBackward<GpuDevice, T>::operator()(
       });
 }
 
+template <typename T>
+absl::Status LstmBackwardGrad<GpuDevice, T>::operator()(
+    OpKernelContext* ctx, const LstmDims& dims, const LstmAttrs& attrs, int64_t seq_len_max,
+    const LstmInputs<T>& in, const LstmActivations<const T*>& act,
+    const LstmActivations<const T*>& out_grads, const LstmInputGrads<const T>& cot,
+    const LstmBackwardGrads<T>& grads) {
+  using D = StorageOf<T>;
+  const LstmBackwardGrads<D> dev_grads{DevGrads(grads.inputs), DevActivations(grads.act),
+                                       DevActivations(grads.out_grads)};
+  return gpu_op::RunOnStream(
+      ctx, "the backward's gradient",
+      gpu::LstmBackwardGradScratchBytes<D>(dims, attrs, seq_len_max),
+      [&](cudaStream_t stream, void* scratch) {
+        return gpu::LstmBackwardGrad<D>(stream, dims, attrs, seq_len_max, DevInputs(in),
+                                        DevActivations(act), DevActivations(out_grads),
+                                        DevGrads(cot), dev_grads, scratch);
+      });
+}
+
 #define TF_LSTM_INSTANTIATE_GPU(T)                  \
   template struct LstmForward<GpuDevice, T>;        \
   template struct LstmBackward<GpuDevice, T>;       \
-  template struct LstmCellBackward<GpuDevice, T>;
+  template struct LstmCellBackward<GpuDevice, T>;   \
+  template struct LstmBackwardGrad<GpuDevice, T>;
 TF_LSTM_INSTANTIATE_GPU(Eigen::half)
 TF_LSTM_INSTANTIATE_GPU(Eigen::bfloat16)
 TF_LSTM_INSTANTIATE_GPU(float)

@@ -213,9 +213,9 @@ class BlockLSTMGradOp : public OpKernel {
   LstmAttrs attrs_;
 };
 
-// BlockLSTMFullGradGrad (CPU): the gradient of BlockLSTMFullGrad w.r.t. its 22 float inputs,
-// given the gradients d_*_grad w.r.t. its eight outputs, each shaped like that output.
-template <typename T>
+// BlockLSTMFullGradGrad: the gradient of BlockLSTMFullGrad w.r.t. its 22 float inputs, given the
+// gradients d_*_grad w.r.t. its eight outputs, each shaped like that output.
+template <typename Device, typename T>
 class BlockLSTMFullGradGradOp : public OpKernel {
  public:
   explicit BlockLSTMFullGradGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
@@ -256,7 +256,7 @@ class BlockLSTMFullGradGradOp : public OpKernel {
         {out[0], out[1], out[2], out[3], out[4], out[5], out[6], out[7]},
         {out[8], out[9], out[10], out[11], out[12], out[13], out[14]},
         {out[15], out[16], out[17], out[18], out[19], out[20], out[21]}};
-    OP_REQUIRES_OK(ctx, LstmBackwardGrad<CPUDevice, T>()(
+    OP_REQUIRES_OK(ctx, LstmBackwardGrad<Device, T>()(
                             ctx, dims, attrs_, seq_len_max, in.Pointers<T>(),
                             ActivationInputs<T>(ctx, true), OutputGradInputs<T>(ctx, true), cot,
                             grads));
@@ -294,13 +294,13 @@ class BlockLSTMFullGradGradOp : public OpKernel {
   REGISTER_KERNEL_BUILDER(                                                                  \
       Name("TfLstm>BlockLSTMFullGrad").Device(DEVICE_TYPE).TypeConstraint<T>("T")           \
           SEQ_LEN_MAX_ON_HOST,                                                              \
-      BlockLSTMGradOp<DEVICE, T, GateLayout::kIFCO, true>);
+      BlockLSTMGradOp<DEVICE, T, GateLayout::kIFCO, true>);                                 \
+  REGISTER_KERNEL_BUILDER(                                                                  \
+      Name("TfLstm>BlockLSTMFullGradGrad").Device(DEVICE_TYPE).TypeConstraint<T>("T")       \
+          SEQ_LEN_MAX_ON_HOST,                                                              \
+      BlockLSTMFullGradGradOp<DEVICE, T>);
 
-#define TF_LSTM_REGISTER_CPU(T)                                                          \
-  TF_LSTM_REGISTER(CPUDevice, tensorflow::DEVICE_CPU, , T)                                \
-  REGISTER_KERNEL_BUILDER(                                                                \
-      Name("TfLstm>BlockLSTMFullGradGrad").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
-      BlockLSTMFullGradGradOp<T>);
+#define TF_LSTM_REGISTER_CPU(T) TF_LSTM_REGISTER(CPUDevice, tensorflow::DEVICE_CPU, , T)
 TF_CALL_half(TF_LSTM_REGISTER_CPU);
 TF_CALL_bfloat16(TF_LSTM_REGISTER_CPU);
 TF_CALL_float(TF_LSTM_REGISTER_CPU);
