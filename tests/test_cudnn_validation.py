@@ -313,6 +313,7 @@ DROPOUT_KEPT_ARGS = ("input", "input_h", "input_c", "params", "sequence_lengths"
                      "num_proj", "time_major")
 DROPOUT_KEPT_CASES = [c for c in BACKPROP_CASES
                       if c[1] == 3 and set(c[3]) <= set(DROPOUT_KEPT_ARGS)]
+assert len(DROPOUT_KEPT_CASES) >= 10  # Backprop's cases that apply: inputs and reserve space
 
 
 def dropout_kept(**kwargs):
@@ -338,7 +339,6 @@ def test_dropout_kept_needs_the_forwards_dropout_rate(mode):
     kw = dropout_kept_kwargs(backprop_kwargs(LSTM_BI2, dropout=0.5, seed=0))
     expect_invalid(dropout_kept, dict(kw, dropout=0.25), mode, ("reserve_space",))
     expect_invalid(dropout_kept, dict(kw, dropout=0.0), mode, ("reserve_space",))
-    assert len(DROPOUT_KEPT_CASES) >= 10  # the generated cases above exist
 
 
 @pytest.mark.parametrize("mode", MODE)

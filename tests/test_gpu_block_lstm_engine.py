@@ -249,11 +249,12 @@ def test_backward_grad_equals_the_cpu_kernel(module, host, cfg):
     cot = {k: rng.normal(size=np.shape(v)) for k, v in zip(
         checks.SEQ_GRADS, (case[k] for k in checks.INPUTS))}
     ours = checks.run_backward_grad(module, host, "float64", case, cot, cfg)
-    kernel = library.op("BlockLSTMFullGradGrad")(
-        seq_len_max=tf.constant(cfg["L"], tf.int64),
-        **{k: tf.constant(case[k]) for k in checks.FULL_GRAD_INPUTS},
-        **{"d_" + k: tf.constant(cot[k]) for k in checks.SEQ_GRADS},
-        use_peephole=cfg["use_peephole"], gate_layout=cfg["layout"])
+    with tf.device("/CPU:0"):  # not a GPU kernel, where a CUDA build has a GPU to use
+        kernel = library.op("BlockLSTMFullGradGrad")(
+            seq_len_max=tf.constant(cfg["L"], tf.int64),
+            **{k: tf.constant(case[k]) for k in checks.FULL_GRAD_INPUTS},
+            **{"d_" + k: tf.constant(cot[k]) for k in checks.SEQ_GRADS},
+            use_peephole=cfg["use_peephole"], gate_layout=cfg["layout"])
     for name, value in zip(checks.FULL_GRAD_INPUTS, kernel):
         np.testing.assert_allclose(ours[name], value.numpy(), rtol=1e-11, atol=1e-11,
                                    err_msg=name)

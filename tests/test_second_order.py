@@ -297,6 +297,31 @@ def test_second_derivatives_with_dropout_between_layers_match_finite_differences
         assert_directional_second_derivative_matches(rng, forward, inputs, dy, mode)
 
 
+def test_forward_over_reverse_with_dropout_equals_reverse_over_reverse(rng, fixed_dropout_masks):
+    """An HVP as a JVP of the gradient (ForwardAccumulator around the tape) and as the gradient
+    of a gradient: the same H·d (H is symmetric), both through the replayed masks."""
+    inputs, dy = model_inputs(rng, "gru", L=2, direction="bidirectional", T=3)
+    forward = v3("gru", tf.constant([3, 2]), direction="bidirectional", dropout=0.5, seed=5)
+    params = inputs["params"]
+    d = tf.constant(rng.standard_normal(params.shape))
+
+    def gradient(p):
+        with tf.GradientTape() as tape:
+            tape.watch(p)
+            output, _, _ = forward(inputs["input"], inputs["input_h"], inputs["input_c"], p)
+            loss = tf.reduce_sum(tf.sin(output) * dy)
+        return tape.gradient(loss, p)
+
+    with tf.autodiff.ForwardAccumulator(params, d) as acc:
+        grad = gradient(params)
+    forward_over_reverse = acc.jvp(grad)
+    with tf.GradientTape() as outer:
+        outer.watch(params)
+        projection = tf.reduce_sum(gradient(params) * d)
+    np.testing.assert_allclose(forward_over_reverse, outer.gradient(projection, params),
+                               rtol=1e-9, atol=1e-12)
+
+
 @pytest.mark.parametrize("version", [1, 2, 3])
 def test_the_composite_replays_the_forwards_dropout_masks(rng, version):
     """The second derivatives' forward, given the masks read from the reserve space, is the
@@ -317,7 +342,8 @@ def test_the_composite_replays_the_forwards_dropout_masks(rng, version):
         tf.gradients(out[0], inputs["params"], dy)
         backprop = next(op for op in graph.get_operations() if "Backprop" in op.type)
         model = composite._Model(backprop, version)
-        kept = composite._forward_dropout_masks(backprop, model, version)
+        kept = composite._forward_dropout_masks(backprop, model, attrs.get("sequence_lengths"),
+                                                backprop.inputs[11 if version == 3 else 10])
         lengths = attrs.get("sequence_lengths")
         replay = model.forward(*backprop.inputs[:4], lengths, kept)
         with tf.compat.v1.Session() as session:
@@ -339,7 +365,7 @@ def test_tfs_cudnn_kernels_dropout_on_a_gpu_is_a_clear_error():
         dropout, L = 0.5, 2
 
     with pytest.raises(NotImplementedError, match="cuDNN's dropout masks"):
-        composite._forward_dropout_masks(Op(), Model(), 3)
+        composite._forward_dropout_masks(Op(), Model(), None, None)
 
 
 # ---- the LSTM block family ------------------------------------------------------------------

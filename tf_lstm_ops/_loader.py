@@ -34,7 +34,7 @@ CUDNN_OP_NAMES = (
 # Ours alone, with no tf.raw_ops namesake, so tf_lstm_ops.raw leaves them out.
 PRIVATE_OP_NAMES = (
     "BlockLSTMFullGrad",  # the gradient w.r.t. all seven outputs
-    "BlockLSTMFullGradGrad",  # its gradient (second derivatives), CPU only
+    "BlockLSTMFullGradGrad",  # its gradient (second derivatives)
     "KerasToCudnnParams",  # the Keras layers' weights as CudnnRNN params, and back
     "CudnnParamsToKeras",
     "CudnnRNNDropoutKept",  # the dropout masks in a reserve space (second derivatives), CPU only

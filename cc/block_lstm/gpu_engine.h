@@ -22,7 +22,8 @@
 // as stored and, in backward, dgates rounded to T once (as cuDNN; the CPU rounds them only for
 // bfloat16's dx and dW, on CPUs with AVX512-BF16). The element-wise math, the carried dh/dcs, db
 // and the peephole gradients stay in A. The state the next step multiplies is the stored h (rounded
-// to T), as on the CPU. Each output is rounded to T once.
+// to T), as on the CPU. Each output is rounded to T once. BackwardGrad (BlockLSTMFullGradGrad) is
+// the exception: it computes in A throughout, operands included, as the CPU engine does.
 #ifndef TF_LSTM_OPS_CC_BLOCK_LSTM_GPU_ENGINE_H_
 #define TF_LSTM_OPS_CC_BLOCK_LSTM_GPU_ENGINE_H_
 

@@ -35,6 +35,7 @@ def device_type(op):
 
 
 def runs_on_cpu(op):
+    """Whether `op` runs on a CPU (device_type)."""
     return device_type(op) == "CPU"
 
 

@@ -8,7 +8,8 @@ product J(θ) u, and w.r.t. θ the second-order term ∂/∂θ ⟨J(θ)ᵀ v, u�
 backpropagation through this module's forward, so nested tapes, Hessian-vector products and
 `tf.autodiff.ForwardAccumulator` (whose JVPs transpose the gradient) work through every op of
 the family, to any order. An LSTM layer without projection is rebuilt as BlockLSTMV2, whose
-second derivatives are fused on the CPU (docs/block_lstm.md §7.2); every other mode and the
+second derivatives are fused where BlockLSTMFullGradGrad has a kernel (docs/block_lstm.md
+§7.2); every other mode and the
 projected LSTM as a `tf.scan` per layer and direction: a loop of small ops, at roughly the speed
 of Keras' own loop (docs/cudnn_rnn.md §7.4).
 
@@ -17,6 +18,7 @@ composite recomputes them from θ, so the total derivative is already in θ's gr
 """
 
 import tensorflow as tf
+from tensorflow.python.framework import ops
 
 from tf_lstm_ops._gradients._common import (has_kernel_where, in_compute_type, runs_on_cpu,
                                              string_attr)
@@ -44,6 +46,7 @@ class _Model:
         self.lstm_by_block = self.mode == "lstm" and has_kernel_where("BlockLSTMFullGradGrad", op)
         self.G = _GATES[self.mode]
         self.D = 2 if string_attr(op, "direction") == "bidirectional" else 1
+        self.version = version
         self.time_major = op.get_attr("time_major") if version == 3 else True
         x, h0, c0 = op.inputs[0], op.inputs[1], op.inputs[2]
         self.I = _static_dim(op, x, 2, "input")
@@ -219,36 +222,36 @@ class _Model:
         return tf.where(valid, ys, tf.zeros_like(ys)), final_h, final_c
 
 
-def _forward_dropout_masks(op, model, version):
+def _forward_dropout_masks(op, model, lengths, reserve_space):
     """Which inputs of layers 1..L-1 the forward kept, read from the reserve space the Backprop
-    op was given (CudnnRNNDropoutKept, CPU: TF copies a GPU reserve space to the host)."""
+    op was given. CudnnRNNDropoutKept has CPU kernels only: it is placed there, out of the
+    Backprop op's colocation group (TF copies a GPU reserve space to the host)."""
     if not op.type.startswith(OP_NAMESPACE) and not runs_on_cpu(op):
         raise NotImplementedError(
             "%s on a GPU is TF's cuDNN kernel, whose reserve space holds cuDNN's dropout masks, "
             "which cannot be read back: second derivatives with dropout between layers "
             "(dropout=%g, %d layers) need tf_lstm_ops.raw's op of the same name, or dropout=0"
             % (op.type, model.dropout, model.L))
-    shift = 1 if version == 3 else 0
     x = op.inputs[0]
-    if version == 3:
-        lengths = op.inputs[4]
-    else:  # V1 and V2: time-major, every length T
+    if lengths is None:  # V1 and V2: time-major, every length T
         lengths = tf.fill(tf.shape(x)[1:2], tf.shape(x)[0])
-    return library.op("CudnnRNNDropoutKept")(
-        input=x, input_h=op.inputs[1], input_c=op.inputs[2], params=op.inputs[3],
-        sequence_lengths=lengths, reserve_space=op.inputs[10 + shift],
-        rnn_mode=model.mode, input_mode=string_attr(op, "input_mode"),
-        direction=string_attr(op, "direction"), dropout=model.dropout,
-        seed=op.get_attr("seed"), seed2=op.get_attr("seed2"),
-        num_proj=op.get_attr("num_proj") if version == 3 else 0,
-        time_major=model.time_major)
+    with ops.colocate_with(None, ignore_existing=True), tf.device("/device:CPU:0"):
+        return library.op("CudnnRNNDropoutKept")(
+            input=x, input_h=op.inputs[1], input_c=op.inputs[2], params=op.inputs[3],
+            sequence_lengths=lengths, reserve_space=reserve_space, rnn_mode=model.mode,
+            input_mode=string_attr(op, "input_mode"), direction=string_attr(op, "direction"),
+            dropout=model.dropout, seed=op.get_attr("seed"), seed2=op.get_attr("seed2"),
+            num_proj=op.get_attr("num_proj") if model.version == 3 else 0,
+            time_major=model.time_major)
 
 
 def _backprop_grad(op, grads, version):
     model = _Model(op, version)
     lengths = op.inputs[4] if version == 3 else None
-    kept = _forward_dropout_masks(op, model, version) if model.dropout > 0 else None
     shift = 1 if version == 3 else 0
+    kept = None
+    if model.dropout > 0:
+        kept = _forward_dropout_masks(op, model, lengths, op.inputs[10 + shift])
     theta = list(op.inputs[:4])  # input, input_h, input_c, params
     v = list(op.inputs[7 + shift:10 + shift])  # output_backprop, output_h_ and output_c_
     u = list(grads)  # None: no cotangent (its term is left out of the inner product)
@@ -285,6 +288,9 @@ def _backprop_grad(op, grads, version):
         result.append(None)  # host_reserved
     return result
 
+
+# The forward's dropout masks are constants of every derivative: no gradient, and no JVP.
+tf.no_gradient(OP_NAMESPACE + "CudnnRNNDropoutKept")
 
 # Our namespaced ops, and TF's own names, whose CPU kernels are ours once the library is loaded
 # and for which TF registers no gradient.
