@@ -138,6 +138,17 @@ def _backprop(cfg, kw, out, reserve, time_major=True, host_reserved=None, **attr
         **R.tf_attrs(cfg, 3, time_major), **attrs)
 
 
+def _dropout_kept(cfg, kw, reserve, time_major=True, **attrs):
+    """CudnnRNNDropoutKept (the forward's masks, for second derivatives): V3's inputs and the
+    reserve space, checked as Backprop checks it."""
+    from tf_lstm_ops._loader import library
+
+    return library.op("CudnnRNNDropoutKept")(
+        reserve_space=reserve, **{k: kw[k] for k in ("input", "input_h", "input_c", "params",
+                                                      "sequence_lengths")},
+        **R.tf_attrs(cfg, 3, time_major), **attrs)
+
+
 LSTM2 = R.Cfg("lstm", 2, 4, 4)
 
 # (name, forward config, backprop config): the two differ in one fact, with reserve spaces of
@@ -176,8 +187,11 @@ def test_reserve_space_of_another_configuration_is_rejected(fact, forward, backw
                                                    if k != "time_major"})
     # The backprop's own forward would be accepted: only the reserve space is foreign.
     _backprop(bcfg, bkw, bout, bout.reserve_space, **bwd_args)
+    _dropout_kept(bcfg, bkw, bout.reserve_space, **bwd_args)
     with pytest.raises(tf.errors.InvalidArgumentError, match="reserve_space"):
         _backprop(bcfg, bkw, bout, out.reserve_space, **bwd_args)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="reserve_space"):
+        _dropout_kept(bcfg, bkw, out.reserve_space, **bwd_args)
 
 
 def test_reserve_space_must_have_exactly_the_forwards_size():

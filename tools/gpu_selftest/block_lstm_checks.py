@@ -405,7 +405,8 @@ def check_backward_grad(module, alloc, dtype, cfg, seed=0, tol=None):
 
 
 def check_deterministic(module, alloc, dtype, cfg, seed=0):
-    """Forward and full backward twice on the same inputs: the bits must be identical."""
+    """Forward, full backward and the backward's gradient twice on the same inputs: the bits
+    must be identical."""
     rng = np.random.default_rng(seed_for("det", dtype, seed, sorted(cfg.items())))
     T, B, I, H = _dims(cfg)
     p = random_inputs(rng, B, I, H, dtype, T=T)
@@ -420,6 +421,12 @@ def check_deterministic(module, alloc, dtype, cfg, seed=0):
     for k in SEQ_GRADS:
         if not np.array_equal(ba[k], bb[k], equal_nan=True):
             problems.append("backward %s differs between two runs" % k)
+    cot = {k: round_to(rng.normal(size=np.shape(case[name])), dtype)
+           for k, name in zip(SEQ_GRADS, INPUTS)}
+    ga, gb = (run_backward_grad(module, alloc, dtype, case, cot, cfg, problems) for _ in range(2))
+    for k in FULL_GRAD_INPUTS:
+        if not np.array_equal(ga[k], gb[k], equal_nan=True):
+            problems.append("backward grad %s differs between two runs" % k)
     return {}, problems
 
 

@@ -371,9 +371,9 @@ def group_lstm_reference(ctx):
                                              True) for L in range(7)]
         configs += LARGE_LSTM_CONFIGS
     failed = block_lstm_checks.run_all(ctx.module, ctx.alloc, ctx.dtypes, configs, log=indent)
-    n = 4 * len(configs) * len(ctx.dtypes)
-    return failed == 0, "%d checks (%d configs x %d dtypes x fwd/bwd/full bwd/cell bwd), %d " \
-        "failed" % (n, len(configs), len(ctx.dtypes), failed)
+    n = 5 * len(configs) * len(ctx.dtypes)
+    return failed == 0, "%d checks (%d configs x %d dtypes x fwd/bwd/full bwd/cell bwd/bwd " \
+        "grad), %d failed" % (n, len(configs), len(ctx.dtypes), failed)
 
 
 def group_lstm_determinism(ctx):
@@ -390,7 +390,8 @@ def group_lstm_determinism(ctx):
                 failed += 1
                 indent("FAIL %s %s: %s" % (dtype, block_lstm_checks.config_id(cfg),
                                            "; ".join(problems)))
-    return failed == 0, "%d forward + full backward pairs, %d differ" % (n, failed)
+    return failed == 0, "%d forward + full backward + backward grad pairs, %d differ" % (
+        n, failed)
 
 
 def _rnn_try(what, fn, failures):
