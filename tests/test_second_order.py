@@ -322,6 +322,38 @@ def test_forward_over_reverse_with_dropout_equals_reverse_over_reverse(rng, fixe
                                rtol=1e-9, atol=1e-12)
 
 
+def test_an_hvp_through_a_training_cudnn_layer_with_dropout(rng, fixed_dropout_masks):
+    """tlk.CudnnGRU with two layers and dropout between them, in training mode (the masks
+    drawn and replayed): its HVP w.r.t. the weights against central differences of its
+    gradient (the seed is this test's own, so the kernel that keeps one mask is a new one)."""
+    layer = tlk.CudnnGRU(3, num_layers=2, dropout=0.5, seed=91, return_sequences=True,
+                         dtype="float64")
+    x = tf.constant(rng.standard_normal((2, 4, 3)))
+    layer(x, training=True)
+    weights = layer.trainable_variables
+    direction = [tf.constant(rng.standard_normal(w.shape)) for w in weights]
+
+    def gradient():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.sin(layer(x, training=True)))
+        return tape.gradient(loss, weights)
+
+    with tf.GradientTape() as outer:
+        projection = tf.add_n([tf.reduce_sum(g * d) for g, d in zip(gradient(), direction)])
+    hvp = outer.gradient(projection, weights)
+    original = [w.numpy() for w in weights]
+    eps = 1e-6
+    shifted = []
+    for sign in (1, -1):
+        for w, value, d in zip(weights, original, direction):
+            w.assign(value + sign * eps * d.numpy())
+        shifted.append(gradient())
+    for w, value in zip(weights, original):
+        w.assign(value)
+    for analytic, plus, minus in zip(hvp, *shifted):
+        np.testing.assert_allclose(analytic, (plus - minus) / (2 * eps), rtol=1e-6, atol=1e-8)
+
+
 @pytest.mark.parametrize("version", [1, 2, 3])
 def test_the_composite_replays_the_forwards_dropout_masks(rng, version):
     """The second derivatives' forward, given the masks read from the reserve space, is the
