@@ -8,10 +8,11 @@ product J(θ) u, and w.r.t. θ the second-order term ∂/∂θ ⟨J(θ)ᵀ v, u�
 backpropagation through this module's forward, so nested tapes, Hessian-vector products and
 `tf.autodiff.ForwardAccumulator` (whose JVPs transpose the gradient) work through every op of
 the family, to any order. An LSTM layer without projection is rebuilt as BlockLSTMV2, whose
-second derivatives are fused where BlockLSTMFullGradGrad has a kernel (docs/block_lstm.md
-§7.2); every other mode and the
-projected LSTM as a `tf.scan` per layer and direction: a loop of small ops, at roughly the speed
-of Keras' own loop (docs/cudnn_rnn.md §7.4).
+second derivatives are fused where BlockLSTMFullGradGrad has a kernel (docs/block_lstm.md §7.2);
+every other mode and the projected LSTM as a `tf.scan` per layer and direction: a loop of small
+ops, at roughly the speed of Keras' own loop (docs/cudnn_rnn.md §7.4). With dropout between
+layers the forward's masks are read back from its reserve space (CudnnRNNDropoutKept) and
+replayed, so the composite is the very function the Backprop op differentiated.
 
 The saved `output`, `output_h`, `output_c` and `reserve_space` inputs get no gradient: the
 composite recomputes them from θ, so the total derivative is already in θ's gradient.
@@ -187,6 +188,7 @@ class _Model:
                          initializer=(h0, c0) if lstm else h0, reverse=reverse)
         hs, cs = states if lstm else (states, None)
         ys = tf.where(valid, hs, tf.zeros_like(hs))
+
         def last(initial, carried):
             """The carry after the last processed step (t = T-1 forward, t = 0 backward; the
             initial state when T = 0)."""
