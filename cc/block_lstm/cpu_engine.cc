@@ -788,14 +788,6 @@ bool BackwardGradWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims
       for (int64_t b = 0; b < B; ++b) fn(b, j0, j1);
     });
   };
-  // Element j of a step row's saved activations and direct output gradients, as the cell
-  // functions take them.
-  auto cell_activations = [](const LstmActivations<const A*>& r, int64_t j) {
-    return CellActivations<A>{r.i[j], r.cs[j], r.f[j], r.o[j], r.ci[j], r.co[j], A(0)};
-  };
-  auto direct_grads = [](const LstmActivations<const A*>& r, int64_t j) {
-    return ActivationGradients<A>{r.i[j], r.f[j], r.o[j], r.ci[j], r.co[j]};
-  };
 
   // 1. The backward again, keeping every step's dgates and total dh, dcs (docs/block_lstm.md §6).
   Fill(d, carry_c, step, A(0));
@@ -819,9 +811,9 @@ bool BackwardGradWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims
           dh_r[j] = dh;
           dcs_r[j] = dcs;
           const CellGradients<A> g = CellBackward<A>(
-              kPeephole, cell_activations(act_r, j), csb[j], kPeephole ? peep.wci[j] : A(0),
+              kPeephole, ActivationsAt(act_r, j), csb[j], kPeephole ? peep.wci[j] : A(0),
               kPeephole ? peep.wcf[j] : A(0), kPeephole ? peep.wco[j] : A(0), dcs, dh,
-              direct_grads(og_r, j));
+              DirectGradientsAt(og_r, j));
           d_i[j] = g.d_i;
           d_c[j] = g.d_c;
           d_f[j] = g.d_f;
@@ -877,26 +869,14 @@ bool BackwardGradWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims
 #pragma GCC ivdep
         for (int64_t j = j0; j < j1; ++j) {
           const CellBackwardCotangents<A> r = CellBackwardAdjoint<A>(
-              kPeephole, cell_activations(act_r, j), csb[j], kPeephole ? peep.wci[j] : A(0),
+              kPeephole, ActivationsAt(act_r, j), csb[j], kPeephole ? peep.wci[j] : A(0),
               kPeephole ? peep.wcf[j] : A(0), kPeephole ? peep.wco[j] : A(0), dcs_r[j],
-              dh_r[j], direct_grads(og_r, j),
+              dh_r[j], DirectGradientsAt(og_r, j),
               {g_i[j] + b_i[j], g_c[j] + b_c[j], g_f[j] + b_f[j], g_o[j] + b_o[j], c_cot[j]},
               kPeephole ? cot_wci[j] : A(0), kPeephole ? cot_wcf[j] : A(0),
               kPeephole ? cot_wco[j] : A(0));
-          r_act_r.i[j] = r.i;
-          r_act_r.f[j] = r.f;
-          r_act_r.o[j] = r.o;
-          r_act_r.ci[j] = r.ci;
-          r_act_r.co[j] = r.co;
-          r_act_r.cs[j] += r.cs;
+          StoreCotangentsAt(r, r_act_r, r_og_r, j);
           csb_cot[j] = t == 0 ? r.cs_prev : csb_cot[j] + r.cs_prev;
-          r_og_r.i[j] = r.ext.i;
-          r_og_r.f[j] = r.ext.f;
-          r_og_r.o[j] = r.ext.o;
-          r_og_r.ci[j] = r.ext.ci;
-          r_og_r.co[j] = r.ext.co;
-          r_og_r.cs[j] = r.dcs;  // dcs = carried + cs_grad: both get its cotangent
-          r_og_r.h[j] = r.dh;
           c_cot[j] = r.dcs;
           if constexpr (kPeephole) {
             sum_ci[j] += r.wci;

@@ -237,12 +237,9 @@ struct BackwardGradSweepFn {
     const A dcs = og.cs[k] + (first ? A(0) : dc_carry[k]);
     dh_total[k] = dh;
     dcs_total[k] = dcs;
-    const CellActivations<A> a{act.i[k], act.cs[k], act.f[k], act.o[k], act.ci[k], act.co[k],
-                               A(0)};
     const CellGradients<A> g = CellBackward<A>(
-        kPeephole, a, cs_prev[k], kPeephole ? wci[j] : A(0), kPeephole ? wcf[j] : A(0),
-        kPeephole ? wco[j] : A(0), dcs, dh,
-        ActivationGradients<A>{og.i[k], og.f[k], og.o[k], og.ci[k], og.co[k]});
+        kPeephole, ActivationsAt(act, k), cs_prev[k], kPeephole ? wci[j] : A(0),
+        kPeephole ? wcf[j] : A(0), kPeephole ? wco[j] : A(0), dcs, dh, DirectGradientsAt(og, k));
     dgates[row + blk.i * H + j] = g.d_i;
     dgates[row + blk.c * H + j] = g.d_c;
     dgates[row + blk.f * H + j] = g.d_f;
@@ -274,31 +271,17 @@ struct BackwardGradAdjointFn {
   TF_LSTM_HOST_DEVICE void operator()(int64_t k) const {
     const int64_t b = k / H, j = k - b * H, row = b * 4 * H;
     const int64_t ci = blk.i * H + j, cc = blk.c * H + j, cf = blk.f * H + j, co = blk.o * H + j;
-    const CellActivations<A> a{act.i[k], act.cs[k], act.f[k], act.o[k], act.ci[k], act.co[k],
-                               A(0)};
     const CellBackwardCotangents<A> r = CellBackwardAdjoint<A>(
-        kPeephole, a, cs_prev[k], kPeephole ? wci[j] : A(0), kPeephole ? wcf[j] : A(0),
-        kPeephole ? wco[j] : A(0), dcs_total[k], dh_total[k],
-        ActivationGradients<A>{og.i[k], og.f[k], og.o[k], og.ci[k], og.co[k]},
+        kPeephole, ActivationsAt(act, k), cs_prev[k], kPeephole ? wci[j] : A(0),
+        kPeephole ? wcf[j] : A(0), kPeephole ? wco[j] : A(0), dcs_total[k], dh_total[k],
+        DirectGradientsAt(og, k),
         CellGradients<A>{dgates_cot[row + ci] + cot_b[ci], dgates_cot[row + cc] + cot_b[cc],
                          dgates_cot[row + cf] + cot_b[cf], dgates_cot[row + co] + cot_b[co],
                          cs_prev_grad_cot[k]},
         kPeephole ? cot_wci[j] : A(0), kPeephole ? cot_wcf[j] : A(0),
         kPeephole ? cot_wco[j] : A(0));
-    r_act.i[k] = r.i;
-    r_act.f[k] = r.f;
-    r_act.o[k] = r.o;
-    r_act.ci[k] = r.ci;
-    r_act.co[k] = r.co;
-    r_act.cs[k] += r.cs;
+    StoreCotangentsAt(r, r_act, r_og, k);
     cs_before_cot[k] = first ? r.cs_prev : cs_before_cot[k] + r.cs_prev;
-    r_og.i[k] = r.ext.i;
-    r_og.f[k] = r.ext.f;
-    r_og.o[k] = r.ext.o;
-    r_og.ci[k] = r.ext.ci;
-    r_og.co[k] = r.ext.co;
-    r_og.cs[k] = r.dcs;  // dcs = carried + cs_grad: both get its cotangent
-    r_og.h[k] = r.dh;
     cs_prev_grad_cot[k] = r.dcs;
     if (kPeephole) {
       peep_terms[b * 3 * H + j] = r.wci;

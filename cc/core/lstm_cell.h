@@ -10,6 +10,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "cc/core/block_lstm_types.h"
 #include "cc/core/gate_layout.h"
 #include "cc/core/host_device.h"
 #include "cc/core/precision.h"
@@ -169,6 +170,40 @@ TF_LSTM_HOST_DEVICE inline CellBackwardCotangents<Acc> CellBackwardAdjoint(
   r.dh += u * a.co;
   r.co += u * dh;
   return r;
+}
+
+// Element k of a step's saved activations and direct output gradients ([B, H] slices of the
+// sequences, in the compute type) as the functions above take them, and where the adjoint's
+// cotangents of them go: what the CPU and GPU walks of BlockLSTMFullGradGrad share.
+template <typename Acc>
+TF_LSTM_HOST_DEVICE inline CellActivations<Acc> ActivationsAt(
+    const LstmActivations<const Acc*>& act, int64_t k) {
+  return {act.i[k], act.cs[k], act.f[k], act.o[k], act.ci[k], act.co[k], Acc(0)};
+}
+template <typename Acc>
+TF_LSTM_HOST_DEVICE inline ActivationGradients<Acc> DirectGradientsAt(
+    const LstmActivations<const Acc*>& og, int64_t k) {
+  return {og.i[k], og.f[k], og.o[k], og.ci[k], og.co[k]};
+}
+// cs's cotangent accumulates (the next step adds its cs_prev share); the output gradients' cs and
+// h share dcs's and dh's: each is one addend of that total.
+template <typename Acc>
+TF_LSTM_HOST_DEVICE inline void StoreCotangentsAt(const CellBackwardCotangents<Acc>& r,
+                                                  const LstmActivations<Acc*>& r_act,
+                                                  const LstmActivations<Acc*>& r_og, int64_t k) {
+  r_act.i[k] = r.i;
+  r_act.f[k] = r.f;
+  r_act.o[k] = r.o;
+  r_act.ci[k] = r.ci;
+  r_act.co[k] = r.co;
+  r_act.cs[k] += r.cs;
+  r_og.i[k] = r.ext.i;
+  r_og.f[k] = r.ext.f;
+  r_og.o[k] = r.ext.o;
+  r_og.ci[k] = r.ext.ci;
+  r_og.co[k] = r.ext.co;
+  r_og.cs[k] = r.dcs;
+  r_og.h[k] = r.dh;
 }
 
 // Calls fn(std::bool_constant<a>{}, std::bool_constant<b>{}, ...) and returns its result: runtime
