@@ -297,9 +297,13 @@ def test_messages_keep_tfs_key_phrases(raw):
 T_ACC, B_ACC, I_ACC, H_ACC = 100, 64, 64, 64  # T·B = 6400 rows summed into each weight gradient
 
 
-def _relative_errors(grads32, grads64):
+def _relative_errors(grads32, grads64, statistic="rms"):
+    """Each gradient's error against float64, relative to the largest float64 gradient element:
+    its root mean square ("rms", the accuracy of the computation) or its maximum ("max")."""
     scale = max(np.abs(g).max() for g in grads64)
-    return [np.abs(np.asarray(a, np.float64) - b).max() / scale for a, b in zip(grads32, grads64)]
+    reduce = {"rms": lambda e: np.sqrt(np.mean(e ** 2)), "max": np.max}[statistic]
+    return [reduce(np.abs(np.asarray(a, np.float64) - b)) / scale
+            for a, b in zip(grads32, grads64)]
 
 
 def _layer_grads(cls, dtype, weights, x, target):
@@ -315,7 +319,10 @@ def _layer_grads(cls, dtype, weights, x, target):
 def test_float32_weight_gradients_at_least_as_accurate_as_keras_per_step(name):
     """Against float64 gradients of the same (float32) values: ours (one fused op, weight
     gradients summed over T·B = 6400 rows) must be no less accurate than Keras' per-step float32
-    layer, for every weight (error relative to the largest gradient element)."""
+    layer, for every weight: the root mean square of the errors, relative to the largest gradient
+    element. (Not their maximum: at 1e-8-1e-7 that is one element's last-bit rounding, and it
+    went either way between the two from one seed or CPU to the next, while the RMS was 10-30 %
+    lower for ours in every weight and seed tried.) The maximum is bounded on its own."""
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)
     x = rng.standard_normal((B_ACC, T_ACC, I_ACC)).astype(np.float32)
@@ -329,7 +336,9 @@ def test_float32_weight_gradients_at_least_as_accurate_as_keras_per_step(name):
                                            target), exact)
     for var, a, b in zip(("kernel", "recurrent_kernel", "bias"), ours, theirs):
         assert a <= b, "%s %s: ours %.3g vs Keras %.3g" % (name, var, a, b)
-    assert max(ours) < 3e-7, ours
+    ours_max = _relative_errors(_layer_grads(getattr(tlk, name), "float32", weights, x, target),
+                                exact, "max")
+    assert max(ours_max) < 3e-7, ours_max
 
 
 def test_block_lstm_float32_weight_gradients_at_least_as_accurate_as_keras_per_step(raw):
