@@ -159,11 +159,11 @@ def main():
     print("ISA %s" % cpu_isa(), flush=True)
     check_bf16_conversions(np.random.default_rng(3))
     rng = np.random.default_rng(7)
-    # Edges of the register tiles (6 rows, 16-lane vectors, 4 of them), the few-rows path (m < 12),
-    # the 256-deep slabs, the 384-row blocks, and both sums (gemm::Sum), the 2^27 multiply-add limit
-    # beyond which Eigen runs (both sides of it below).
-    ms, ns, ks = [1, 5, 6, 7, 11, 12, 13, 64, 385], [1, 15, 16, 17, 63, 64, 65, 130], [1, 3, 255,
-                                                                                      256, 257, 600]
+    # Edges of the register tiles (6 rows, 16-lane vectors, 4 of them), the few-rows paths (m < 12;
+    # m <= 3 with a transposed B: dot products), the 256-deep slabs, the 384-row blocks, and both
+    # sums (gemm::Sum), the 2^27 multiply-add limit beyond which Eigen runs (both sides of it below).
+    ms, ns, ks = [1, 2, 3, 5, 6, 7, 11, 12, 13, 64, 385], [1, 15, 16, 17, 63, 64, 65, 130], [
+        1, 3, 255, 256, 257, 600]
     for dtype in (np.float32, np.float64):
         for trans_a in (False, True):
             for trans_b in (False, True):
@@ -175,6 +175,13 @@ def main():
                     for k in ks:
                         for long_sum in (False, True):
                             check(rng, dtype, trans_a, trans_b, 13, 65, k, accumulate, long_sum)
+        # The dot products (m <= 3 rows by a transposed B): 4-column and single-column tiles, k
+        # at every remainder of the 4- to 16-lane vectors.
+        for m in (1, 2, 3, 4):
+            for n in (1, 3, 4, 5, 9):
+                for k in (1, 4, 7, 8, 15, 16, 17, 300):
+                    check(rng, dtype, False, True, m, n, k, bool(rng.integers(2)),
+                          bool(rng.integers(2)))
         for trans_a, trans_b in ((False, False), (True, False), (False, True), (True, True)):
             check(rng, dtype, trans_a, trans_b, 400, 560, 599, False)  # just under 2^27: tiles
             check(rng, dtype, trans_a, trans_b, 400, 560, 600, True)  # just over: Eigen

@@ -308,7 +308,7 @@ class ForwardProducts {
 
   // rec_u = h_{t-1}·Wh_u for slice u ([B, 4·gate_cols(u)]).
   void Recur(int u, int64_t t, A* rec_u) const {
-    const int64_t B = dims_.batch, H = dims_.cell, cols = 4 * packing_->gate_cols(u);
+    const int64_t B = dims_.batch, H = dims_.cell, G = 4 * H, cols = 4 * packing_->gate_cols(u);
     if (bf16_dot_) {
       if constexpr (std::is_same_v<A, float>) {
         const uint16_t* h = t == 0 ? Bf16Bits(in_.h_prev) : Bf16Bits(out_.h) + (t - 1) * B * H;
@@ -324,7 +324,8 @@ class ForwardProducts {
         h = h_acc_ + (t - 1) % 2 * B * H;
       }
     }
-    gemm::PackedBlock(B, cols, H, h, H, packing_->slice(wh_packed_, u), false, rec_u, cols);
+    packing_->Product(u, B, h, H, wh_packed_, H, w_x_ + dims_.input * G, G, int64_t{1}, rec_u,
+                      cols);
   }
 
   // Where step t's element-wise pass stores h in A for Recur (nullptr: Recur reads out.h).
@@ -423,9 +424,11 @@ bool ForwardWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims,
   peep.Init(d, scratch, attrs, in, H);
 
   // The time loop: one phase per step; each unit slice multiplies the state by its own
-  // columns of Wh (packed once, kept hot in one core's cache) and runs the fused element-wise
-  // pass of its units. A step's units need the whole previous h, hence the phase order.
-  const SlicePacking packing(UnitSlices(H, d.numThreads()), H, 4);
+  // columns of Wh (packed once unless B is a few rows, kept hot in one core's cache) and runs
+  // the fused element-wise pass of its units. A step's units need the whole previous h, hence
+  // the phase order.
+  const SlicePacking packing(UnitSlices(H, d.numThreads()), H, 4,
+                             PackFor(B) || UsesBf16Dot<T>());  // (the bf16 dot needs packing)
   const std::vector<int64_t>& bounds = packing.bounds();
   ForwardProducts<T, A> products;
   products.Init(d, scratch, dims, L, in, out, packing);
@@ -553,8 +556,9 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims,
   auto step_dgates = [&](int64_t t, int64_t t0) {
     return whole ? staging + t % 2 * B * G : dgates_chunk + (t - t0) * B * G;
   };
-  // Slice u's operand of the per-step dh product: its rows of Wh, as Whᵀ [G, n], packed once.
-  const SlicePacking packing(UnitSlices(H, d.numThreads()), G, 1);
+  // Slice u's operand of the per-step dh product: its rows of Wh, as Whᵀ [G, n], packed once
+  // (or read in place at batches of a few rows: PackFor).
+  const SlicePacking packing(UnitSlices(H, d.numThreads()), G, 1, PackFor(B));
   const std::vector<int64_t>& bounds = packing.bounds();
   A* wt_packed = dw;
   if (!whole || packing.size() > (I + H) * G) wt_packed = scratch.Take<A>(packing.size());
@@ -585,8 +589,8 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims,
     RunPhases(d, steps + 1, packing.slices(), [&](int64_t phase, int u) {
       const int64_t t = t1 - 1 - phase, j0 = bounds[u], j1 = bounds[u + 1];
       if (phase > 0) {
-        gemm::PackedBlock(B, j1 - j0, G, step_dgates(t + 1, t0), G,
-                          packing.slice(wt_packed, u), false, dh + j0, H);
+        packing.Product(u, B, step_dgates(t + 1, t0), G, wt_packed, H, w_h, int64_t{1}, G,
+                        dh + j0, H);
       }
       if (phase == steps) return;
       const T* cs_prev = t == 0 ? in.cs_prev : act.cs + (t - 1) * step;

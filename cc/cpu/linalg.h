@@ -295,6 +295,13 @@ inline std::vector<int64_t> UnitSlices(int64_t width, int64_t max_slices) {
   return bounds;
 }
 
+// At most this many rows per step (the batch), a time loop multiplies its recurrent weights where
+// they are stored instead of packing them (SlicePacking(..., PackFor(rows))): each weight is then
+// used once or twice per step, and packing them (a copy of all weights per call, a transpose for
+// cuDNN's layout) costs more than it saves, the main cost of a call at T = B = 1.
+constexpr int64_t kUnpackedMaxRows = 3;
+inline bool PackFor(int64_t rows_per_step) { return rows_per_step > kUnpackedMaxRows; }
+
 // A time loop's recurrent weights packed once per unit slice for gemm::PackedBlock (or, as bf16
 // bits (uint16_t), for gemm::PackedBlockBf16), so that a slice's per-step product streams one
 // pre-packed operand (Eigen would repack the weights on every step). The source matrix is
@@ -302,14 +309,17 @@ inline std::vector<int64_t> UnitSlices(int64_t width, int64_t max_slices) {
 // src[k·row_stride + (g·width + j)·col_stride]; one of the strides is 1. Slice u (units
 // [j0, j0 + n) of `bounds`) gets the operand [rows, gates·gate_cols(u)]: for each gate in order,
 // its n columns, zero-padded to gate_cols(u) = gemm::PaddedCols(n) (so a product's output row has
-// the same padded gate blocks).
+// the same padded gate blocks). Unless `packed` is false: then nothing is packed (size() is 0)
+// and Product reads the source in place (fp32 and double only).
 class SlicePacking {
  public:
-  SlicePacking(std::vector<int64_t> bounds, int64_t rows, int gates)
-      : bounds_(std::move(bounds)), rows_(rows), gates_(gates), col0_(bounds_.size(), 0) {
+  SlicePacking(std::vector<int64_t> bounds, int64_t rows, int gates, bool packed = true)
+      : bounds_(std::move(bounds)), rows_(rows), gates_(gates), packed_(packed),
+        col0_(bounds_.size(), 0) {
     for (size_t u = 0; u + 1 < bounds_.size(); ++u) col0_[u + 1] = col0_[u] + gates * gate_cols(u);
   }
   const std::vector<int64_t>& bounds() const { return bounds_; }
+  bool packed() const { return packed_; }
   int slices() const { return static_cast<int>(bounds_.size()) - 1; }
   int64_t gate_cols(size_t u) const { return gemm::PaddedCols(bounds_[u + 1] - bounds_[u]); }
   // Slice u's first column in the row of all slices' padded outputs, and that row's width.
@@ -318,7 +328,7 @@ class SlicePacking {
   // Values of S in the packed operands of all slices (S: float, double, or uint16_t for bf16).
   template <typename S = float>
   int64_t size() const {
-    return packed_rows<S>() * total_cols();
+    return packed_ ? packed_rows<S>() * total_cols() : 0;
   }
   template <typename S>
   const S* slice(const S* packed, size_t u) const {
@@ -328,6 +338,7 @@ class SlicePacking {
   template <typename S>
   void Pack(const CPUDevice& d, int64_t width, const S* src, int64_t row_stride,
             int64_t col_stride, S* packed) const {
+    if (!packed_) return;
     const bool trans = col_stride != 1;  // then row_stride == 1: columns are contiguous
     const int64_t ld = trans ? col_stride : row_stride;
     const int64_t tasks = slices() * int64_t{gates_};
@@ -347,6 +358,27 @@ class SlicePacking {
     });
   }
 
+  // C [m, gates·gate_cols(u)] (ldc) = A [m, rows] (lda) · slice u's operand, on the calling
+  // thread: from `packed` (what Pack wrote), or, unpacked, from the source Pack would read (the
+  // same width, src and strides), gate by gate; then a gate's padding columns in C are left
+  // unwritten.
+  template <typename A>
+  void Product(int u, int64_t m, const A* a, int64_t lda, const A* packed, int64_t width,
+               const A* src, int64_t row_stride, int64_t col_stride, A* c, int64_t ldc) const {
+    const int64_t j0 = bounds_[u], n = bounds_[u + 1] - j0, cols = gate_cols(u);
+    if (n == 0) return;
+    if (packed_) {  // (one gate: just its n columns, C's neighbours may be another slice's)
+      return gemm::PackedBlock(m, gates_ == 1 ? n : gates_ * cols, rows_, a, lda,
+                               slice(packed, u), false, c, ldc);
+    }
+    const bool trans = col_stride != 1;
+    for (int g = 0; g < gates_; ++g) {
+      const A* gate_src = src + (g * width + j0) * (trans ? col_stride : 1);
+      gemm::Block(false, trans, m, n, rows_, a, lda, gate_src, trans ? col_stride : row_stride,
+                  false, c + g * cols, ldc);
+    }
+  }
+
  private:
   template <typename S>
   int64_t packed_rows() const {  // bf16 rows go in pairs
@@ -356,6 +388,7 @@ class SlicePacking {
   std::vector<int64_t> bounds_;
   int64_t rows_;
   int gates_;
+  bool packed_;
   std::vector<int64_t> col0_;
 };
 

@@ -52,6 +52,7 @@ struct Vec<float> {
   static __mmask16 Mask(int n) { return static_cast<__mmask16>((1u << n) - 1); }
   static V LoadFirst(const float* p, int n) { return _mm512_maskz_loadu_ps(Mask(n), p); }
   static void StoreFirst(float* p, V v, int n) { _mm512_mask_storeu_ps(p, Mask(n), v); }
+  static float Sum(V v) { return _mm512_reduce_add_ps(v); }
 };
 template <>
 struct Vec<double> {
@@ -66,6 +67,7 @@ struct Vec<double> {
   static __mmask8 Mask(int n) { return static_cast<__mmask8>((1u << n) - 1); }
   static V LoadFirst(const double* p, int n) { return _mm512_maskz_loadu_pd(Mask(n), p); }
   static void StoreFirst(double* p, V v, int n) { _mm512_mask_storeu_pd(p, Mask(n), v); }
+  static double Sum(V v) { return _mm512_reduce_add_pd(v); }
 };
 #else  // AVX2 + FMA
 constexpr int kTileVecs = 2;  // 6 x 2 accumulators of the 16 ymm registers
@@ -88,6 +90,11 @@ struct Vec<float> {
   static void Store(float* p, V v) { _mm256_storeu_ps(p, v); }
   static V LoadFirst(const float* p, int n) { return _mm256_maskload_ps(p, FirstLanes32(n)); }
   static void StoreFirst(float* p, V v, int n) { _mm256_maskstore_ps(p, FirstLanes32(n), v); }
+  static float Sum(V v) {
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    return _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
+  }
 };
 template <>
 struct Vec<double> {
@@ -101,6 +108,10 @@ struct Vec<double> {
   static void Store(double* p, V v) { _mm256_storeu_pd(p, v); }
   static V LoadFirst(const double* p, int n) { return _mm256_maskload_pd(p, FirstLanes64(n)); }
   static void StoreFirst(double* p, V v, int n) { _mm256_maskstore_pd(p, FirstLanes64(n), v); }
+  static double Sum(V v) {
+    const __m128d x = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(x, _mm_unpackhi_pd(x, x)));
+  }
 };
 #endif
 constexpr int kTileRows = 6;
@@ -255,12 +266,90 @@ void PackedBlockSimd(int64_t m, int64_t n, int64_t k, const A* a, int64_t lda, c
       accumulate, c, ldc);
 }
 
+// Products of a few rows by a B stored [n, k] (op(B) = Bᵀ): C[m, n] (+)= A·Bᵀ as dot products of
+// A's rows with B's rows, both contiguous in k, so B streams once from memory, in place. This is
+// the shape of an RNN step at batch 1-3 on weights stored [gates·units, k] (cuDNN's R, the input
+// projection of one step): the tiles above would need B transposed into panels or slabs first,
+// which costs more than the product itself when each value of B is used once or twice. Each
+// output is summed in kLanes interleaved FMA chains over k, added in a fixed order: deterministic
+// and independent of how callers split m or n (but not the same rounding as the tiles' one chain).
+constexpr int kDotMaxRows = 3;  // 3 rows x 4 columns of accumulators fit AVX2's 16 registers
+constexpr int kDotCols = 4;
+
+template <typename A, int kRows, int kCols>
+void DotTile(int64_t k, const A* a, int64_t lda, const A* b, int64_t ldb, bool accumulate, A* c,
+             int64_t ldc) {
+  using X = Vec<A>;
+  typename X::V acc[kRows][kCols];
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 4
+    for (int j = 0; j < kCols; ++j) acc[r][j] = X::Zero();
+  }
+  const int64_t whole = k / X::kLanes * X::kLanes;
+  auto step = [&](int64_t p, auto load) {
+    typename X::V bv[kCols];
+#pragma GCC unroll 4
+    for (int j = 0; j < kCols; ++j) bv[j] = load(b + j * ldb + p);
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      const typename X::V av = load(a + r * lda + p);
+#pragma GCC unroll 4
+      for (int j = 0; j < kCols; ++j) acc[r][j] = X::Fma(av, bv[j], acc[r][j]);
+    }
+  };
+  for (int64_t p = 0; p < whole; p += X::kLanes) step(p, [](const A* q) { return X::Load(q); });
+  if (whole < k) {
+    const int rest = static_cast<int>(k - whole);
+    step(whole, [rest](const A* q) { return X::LoadFirst(q, rest); });
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 4
+    for (int j = 0; j < kCols; ++j) {
+      const A sum = X::Sum(acc[r][j]);
+      A* dst = c + r * ldc + j;
+      *dst = accumulate ? *dst + sum : sum;
+    }
+  }
+}
+
+template <typename A, int kRows>
+void DotRows(int64_t n, int64_t k, const A* a, int64_t lda, const A* b, int64_t ldb,
+             bool accumulate, A* c, int64_t ldc) {
+  int64_t j = 0;
+  for (; j + kDotCols <= n; j += kDotCols) {
+    DotTile<A, kRows, kDotCols>(k, a, lda, b + j * ldb, ldb, accumulate, c + j, ldc);
+  }
+  for (; j < n; ++j) DotTile<A, kRows, 1>(k, a, lda, b + j * ldb, ldb, accumulate, c + j, ldc);
+}
+
+template <typename A>
+void DotBlockSimd(int64_t m, int64_t n, int64_t k, const A* a, int64_t lda, const A* b,
+                  int64_t ldb, bool accumulate, A* c, int64_t ldc) {
+  for (int64_t r0 = 0; r0 < m; r0 += kDotMaxRows) {
+    const A* a_rows = a + r0 * lda;
+    A* c_rows = c + r0 * ldc;
+    switch (std::min<int64_t>(kDotMaxRows, m - r0)) {
+      case 1:
+        DotRows<A, 1>(n, k, a_rows, lda, b, ldb, accumulate, c_rows, ldc);
+        break;
+      case 2:
+        DotRows<A, 2>(n, k, a_rows, lda, b, ldb, accumulate, c_rows, ldc);
+        break;
+      default:
+        DotRows<A, 3>(n, k, a_rows, lda, b, ldb, accumulate, c_rows, ldc);
+    }
+  }
+}
+
 // C[m, n] (+)= op(A)·op(B), op(B) [k, n] stored row-major [k, n] (ldb), or [n, k] when kTransB,
 // with no packed copy of B kept: op(B) is cut into slabs of kDepth rows by one column tile, each
 // copied into a contiguous zero-padded buffer on the stack (a row-major B's rows are often 4 KiB
 // apart, which maps a tile's rows onto the same few L1 sets) and reused there by every row tile;
-// C accumulates slab by slab in increasing p. A product of a few rows reads a row-major B in
-// place instead (copying would cost more than it saves).
+// C accumulates slab by slab in increasing p. A product of a few rows reads B in place instead
+// (copying would cost more than it saves): a row-major B through the tiles, a transposed one by
+// DotBlockSimd.
 // Long float sums (long_sum: gemm::Sum::kLong, the weight gradients summed over every time step
 // and batch row; k > kDepth) are summed more accurately: an FMA chain's rounding error grows with
 // its length, and one chain per slab made those gradients several times less accurate than a
@@ -287,6 +376,10 @@ void SlabbedBlockSimd(int64_t m, int64_t n, int64_t k, const A* a, int64_t lda, 
       }
     }
   };
+  if (kTransB && !kTransA && m <= kDotMaxRows && (!long_sum || k <= kDepth)) {
+    // (a long sum's lanes would be chains of k / kLanes: the wide sums below keep them short)
+    return DotBlockSimd(m, n, k, a, lda, b, ldb, accumulate, c, ldc);
+  }
   if (!kTransB && m < 2 * kTileRows) {
     if constexpr (kCanWide) {
       if (wide) {

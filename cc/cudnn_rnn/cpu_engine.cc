@@ -88,20 +88,34 @@ struct TeamPlan {
   int slices;             // team units per direction
   int phases_per_step;    // 1, or 2 with a projection
 
-  TeamPlan(const CPUDevice& d, const RnnModel& m)
-      : fwd(UnitSlices(m.num_units, Share(d, m)), m.output_width(), m.gates()),
+  TeamPlan(const CPUDevice& d, const RnnModel& m, const RnnRun& run)
+      : fwd(UnitSlices(m.num_units, Share(d, m)), m.output_width(), m.gates(),
+            PackFor(run.batch)),
         bwd(m.has_proj() ? UnitSlices(m.num_proj, Share(d, m)) : fwd.bounds(), m.gate_width(),
-            1),
+            1, PackFor(run.batch)),
         slices(std::max(fwd.slices(), bwd.slices())),
         phases_per_step(m.has_proj() ? 2 : 1) {}
   int units(const RnnModel& m) const { return static_cast<int>(m.num_dirs) * slices; }
+  // Pack* pack R for a direction's time loop; the products (of the state's B rows) read it
+  // from there, or from R itself where the plan packs nothing (batches of a few rows).
   template <typename A>
   void PackForward(const CPUDevice& d, const RnnModel& m, const A* r, A* packed) const {
     fwd.Pack(d, m.num_units, r, 1, m.output_width(), packed);
   }
   template <typename A>
+  void ForwardProduct(const RnnModel& m, int u, int64_t B, const A* h, const A* r,
+                      const A* packed, A* c, int64_t ldc) const {
+    fwd.Product(u, B, h, m.output_width(), packed, m.num_units, r, 1, m.output_width(), c, ldc);
+  }
+  template <typename A>
   void PackBackward(const CPUDevice& d, const RnnModel& m, const A* r, A* packed) const {
     bwd.Pack(d, m.output_width(), r, m.output_width(), 1, packed);
+  }
+  template <typename A>
+  void BackwardProduct(const RnnModel& m, int u, int64_t B, const A* dgh, const A* r,
+                       const A* packed, A* c, int64_t ldc) const {
+    bwd.Product(u, B, dgh, m.gate_width(), packed, m.output_width(), r, m.output_width(), 1, c,
+                ldc);
   }
 
  private:
@@ -116,9 +130,10 @@ struct TeamPlan {
 // projection, else h itself).
 template <typename A, typename Math>
 void ForwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vector<int64_t>& len,
-                  int64_t step, const SlicePacking& packing, int u, const A* r_packed,
+                  int64_t step, const TeamPlan& plan, int u, const A* r_packed,
                   const A* xw, A* rec, A* m_buf) {
   const RnnModel& m = pl.m;
+  const SlicePacking& packing = plan.fwd;
   const int64_t T = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
   const int64_t G = m.gate_width(), j0 = packing.bounds()[u], n = packing.bounds()[u + 1] - j0;
   const int64_t gn = packing.gate_cols(u), row = m.gates() * gn;
@@ -128,7 +143,7 @@ void ForwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vector
   const A* c_prev = pl.c_before(step, T, B);
   A* h_out = pl.h + t * B * Hr;
   A* rec_u = rec + B * packing.col0(u);
-  gemm::PackedBlock(B, row, Hr, h_prev, Hr, packing.slice(r_packed, u), false, rec_u, row);
+  plan.ForwardProduct(m, u, B, h_prev, pl.r, r_packed, rec_u, row);
   const bool relu = m.mode == RnnMode::kRnnRelu;
   const bool gated = m.mode == RnnMode::kLstm || m.mode == RnnMode::kGru;
   for (int64_t b = 0; b < B; ++b) {
@@ -229,7 +244,7 @@ void ForwardLayer(const CPUDevice& d, const std::vector<PseudoLayer<A>>& pls,
     const PseudoLayer<A>& pl = pls[dir];
     if (phase % K == 0) {
       if (u >= plan.fwd.slices()) return;
-      ForwardCells<A, Math>(pl, run, len, step, plan.fwd, static_cast<int>(u),
+      ForwardCells<A, Math>(pl, run, len, step, plan, static_cast<int>(u),
                             r_packed + dir * plan.fwd.size(), xw + dir * T * B * G,
                             rec + dir * B * plan.fwd.total_cols(),
                             m_buf ? m_buf + dir * B * H : nullptr);
@@ -285,7 +300,7 @@ bool ForwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const 
   const A* c0 = lstm ? AsAcc<A>(d, scratch, input_c, LD * B * H) : nullptr;
   // Per direction: the input projections, the recurrent GEMM's output, m (with a projection)
   // and the packed R.
-  const TeamPlan plan(d, m);
+  const TeamPlan plan(d, m, run);
   A* xw = scratch.Take<A>(D * T_ * B * G);
   A* rec = scratch.Take<A>(D * B * plan.fwd.total_cols());
   A* r_packed = scratch.Take<A>(D * plan.fwd.size());
@@ -343,7 +358,7 @@ struct SweepBuffers {
   A* dm;          // [B, H]: dL/dm of the current step (projection only)
   A* carry;       // [B, Hr]: dgh·R of the step just done
   A* direct;      // [B, Hr]: GRU's direct term dL/dh_t ⊙ u of the step just done
-  const A* r_packed;  // R's columns packed per output slice (TeamPlan::PackBackward)
+  const A* r_packed;  // R's columns packed per output slice (TeamPlan::PackBackward), if packed
 };
 
 // Backward work of output slice [k0, k1) in phase s of the sweep (s < T: before sweep step s,
@@ -353,9 +368,10 @@ struct SweepBuffers {
 // not run it).
 template <typename A>
 void BackwardOutputs(const PseudoLayer<A>& pl, const RnnRun& run, const std::vector<int64_t>& len,
-                     int64_t s, const SlicePacking& packing, int u, const A* dy,
+                     int64_t s, const TeamPlan& plan, int u, const A* dy,
                      const SweepBuffers<A>& buf) {
   const RnnModel& m = pl.m;
+  const SlicePacking& packing = plan.bwd;
   const int64_t T = run.time, B = run.batch, Hr = m.output_width(), G = m.gate_width();
   const int64_t D = m.num_dirs, k0 = packing.bounds()[u], k1 = packing.bounds()[u + 1];
   const int64_t n = k1 - k0;
@@ -363,8 +379,7 @@ void BackwardOutputs(const PseudoLayer<A>& pl, const RnnRun& run, const std::vec
   if (n == 0) return;
   if (s > 0) {
     const int64_t t = TimeOf(pl.dir, T - s, T);
-    gemm::PackedBlock(B, n, G, buf.dgh + t * B * G, G, packing.slice(buf.r_packed, u), false,
-                      buf.carry + k0, Hr);
+    plan.BackwardProduct(m, u, B, buf.dgh + t * B * G, pl.r, buf.r_packed, buf.carry + k0, Hr);
     for (int64_t b = 0; b < B; ++b) {
       if (t >= len[b]) continue;
       for (int64_t k = b * Hr + k0; k < b * Hr + k1; ++k) {
@@ -481,7 +496,7 @@ void BackwardLayer(const CPUDevice& d, const std::vector<PseudoLayer<A>>& pls,
     const int64_t dir = unit / plan.slices, s = phase / K;
     const int u = unit % plan.slices;
     if (phase % K == 0 && u < plan.bwd.slices()) {
-      BackwardOutputs(pls[dir], run, len, s, plan.bwd, u, dy, bufs[dir]);
+      BackwardOutputs(pls[dir], run, len, s, plan, u, dy, bufs[dir]);
     }
     if (s < T && (K == 1 || phase % K == 1) && u < plan.fwd.slices()) {
       const std::vector<int64_t>& cell = plan.fwd.bounds();
@@ -571,7 +586,7 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const
   A* m_seq = m.has_proj() ? scratch.Take<A>(D * rows * H) : nullptr;
   A* dm = m.has_proj() ? scratch.Take<A>(D * B * H) : nullptr;
   A* carry = scratch.Take<A>(D * B * Hr * 2);
-  const TeamPlan plan(d, m);
+  const TeamPlan plan(d, m, run);
   A* r_packed = scratch.Take<A>(D * plan.bwd.size());
   A* h_prev_seq = scratch.Take<A>(rows * Hr);
   A* dx = scratch.Take<A>(rows * max_in * 2);
