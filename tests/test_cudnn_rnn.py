@@ -275,14 +275,20 @@ def test_v1_v2_forward_and_backprop(rng, where, version, mode, direction, dtype)
 
 @pytest.mark.parametrize("where", WHERE)
 @pytest.mark.parametrize("version", [1, 2, 3])
-@pytest.mark.parametrize("mode", ["lstm", "gru"])
+@pytest.mark.parametrize("mode", MODES)
 def test_inference_mode_same_outputs_dummy_reserve(rng, where, version, mode):
+    """Inference keeps no saved gates (the CPU engine writes none): the same outputs, also for
+    rows past their length (V3) and at batches that multiply the weights unpacked (B <= 3) or
+    packed."""
     cfg = R.Cfg(mode, 2, 3, 2, "bidirectional")
-    inp, _ = make_case(rng, cfg, 3, 2, "float64")
-    ref = ref_forward(cfg, inp)
-    for dropout in (0.0, 0.5):  # is_training=False ignores dropout
-        fwd, _ = forward(where, version, cfg, inp, "float64", is_training=False, dropout=dropout)
-        check_forward(cfg, fwd, ref, "float64", is_training=False, version=version)
+    for batch, lens in ((2, [3, 1]), (5, [3, 0, 2, 3, 1])):
+        inp, _ = make_case(rng, cfg, 3, batch, "float64")
+        lens = lens if version == 3 else None
+        ref = ref_forward(cfg, inp, lens)
+        for dropout in (0.0, 0.5):  # is_training=False ignores dropout
+            fwd, _ = forward(where, version, cfg, inp, "float64", lens, is_training=False,
+                             dropout=dropout)
+            check_forward(cfg, fwd, ref, "float64", is_training=False, version=version)
 
 
 @pytest.mark.parametrize("mode", ["rnn_relu", "rnn_tanh", "gru"])

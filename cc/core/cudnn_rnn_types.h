@@ -20,6 +20,10 @@ struct RnnRun {
   int64_t time, batch;
   bool time_major;
   const int32_t* seq_lengths;  // [B] in [0, T] (host memory), or nullptr: every length is T
+  // Whether the forward's workspace keeps the saved gates a backward needs: always when
+  // training; an inference forward on the CPU keeps only the states (WorkspaceLayout), and
+  // writes no gates. (The GPU engine's kernels always write them.)
+  bool keeps_gates = true;
 };
 
 // Inverted dropout on the inputs of layers 1..L-1, from a counter-based RNG: the mask of
@@ -80,8 +84,10 @@ class WorkspaceLayout {
     const int64_t tb = run.time * run.batch;
     const bool lstm = m.mode == RnnMode::kLstm;
     const bool gated = m.mode == RnnMode::kLstm || m.mode == RnnMode::kGru;
+    const bool saved = gated && run.keeps_gates;
+    keeps_gates_ = saved;
     const int64_t per_pseudo_layer = tb * (m.output_width() + (lstm ? m.num_units : 0) +
-                                           (gated ? kSavedGates * m.num_units : 0));
+                                           (saved ? kSavedGates * m.num_units : 0));
     h_ = 0;
     c_ = tb * m.output_width();
     gates_ = c_ + (lstm ? tb * m.num_units : 0);
@@ -94,6 +100,7 @@ class WorkspaceLayout {
   int64_t h(int64_t p) const { return p * pseudo_layer_size_ + h_; }
   int64_t c(int64_t p) const { return p * pseudo_layer_size_ + c_; }
   int64_t gates(int64_t p) const { return p * pseudo_layer_size_ + gates_; }
+  bool keeps_gates() const { return keeps_gates_; }  // (only gated modes have any)
   // Input of layer l >= 1 (after dropout) and its dropout scale (0 or 1 / (1 - rate)).
   int64_t input(int64_t l) const { return layer_inputs_ + (l - 1) * (layer_input_size_ + mask_); }
   int64_t mask(int64_t l) const { return input(l) + layer_input_size_; }
@@ -101,6 +108,7 @@ class WorkspaceLayout {
 
  private:
   int64_t h_, c_, gates_, pseudo_layer_size_, layer_inputs_, layer_input_size_, mask_, total_;
+  bool keeps_gates_;
 };
 
 // Bytes of the reserve space (or the inference workspace) of a run, or -1 on int64 overflow.
@@ -166,7 +174,7 @@ struct PseudoLayer {
   int64_t p, layer, dir, in_width;
   PseudoLayerRegions reg;                   // offsets into params (and params' gradient)
   const A *w, *r, *proj, *bias_w, *bias_r;  // params regions
-  A *h, *c, *gates;                         // per-step states and activations (workspace)
+  A *h, *c, *gates;  // per-step states and saved activations (workspace; gates may be null)
   const A *h0, *c0;                         // initial state of this pseudo-layer
 
   PseudoLayer(const RnnModel& model, int64_t p_, const A* params, A* ws,
@@ -181,7 +189,7 @@ struct PseudoLayer {
     bias_r = params + reg.bias_r;
     h = ws + lay.h(p);
     c = m.mode == RnnMode::kLstm ? ws + lay.c(p) : nullptr;
-    gates = ws + lay.gates(p);
+    gates = lay.keeps_gates() ? ws + lay.gates(p) : nullptr;
     h0 = h0_all + p * batch * m.output_width();
     c0 = c0_all == nullptr ? nullptr : c0_all + p * batch * m.num_units;
   }

@@ -126,8 +126,8 @@ struct TeamPlan {
 
 // Forward work of cell slice u (units [j0, j1)) at step `step`: its block of the recurrent GEMM,
 // rec_u = h_prev·R_uᵀ ([B, G·gn], gates in order, each padded to gn columns), then the
-// element-wise pass of its units, which writes c, the saved gates and m (into m_buf with a
-// projection, else h itself).
+// element-wise pass of its units, which writes c, the saved gates (where the run keeps them) and
+// m (into m_buf with a projection, else h itself).
 template <typename A, typename Math>
 void ForwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vector<int64_t>& len,
                   int64_t step, const TeamPlan& plan, int u, const A* r_packed,
@@ -145,13 +145,12 @@ void ForwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vector
   A* rec_u = rec + B * packing.col0(u);
   plan.ForwardProduct(m, u, B, h_prev, pl.r, r_packed, rec_u, row);
   const bool relu = m.mode == RnnMode::kRnnRelu;
-  const bool gated = m.mode == RnnMode::kLstm || m.mode == RnnMode::kGru;
   for (int64_t b = 0; b < B; ++b) {
     if (t >= len[b]) {  // past this sequence's end: hold the state
       // (with a projection, the output slices hold h)
       if (!m.has_proj()) std::memcpy(h_out + b * Hr + j0, h_prev + b * Hr + j0, n * sizeof(A));
       if (pl.c) std::memcpy(pl.c + (t * B + b) * H + j0, c_prev + b * H + j0, n * sizeof(A));
-      if (gated) {
+      if (pl.gates) {
         A* saved = pl.gates + (t * B + b) * kSavedGates * H + j0;
         for (int g = 0; g < kSavedGates; ++g) std::fill(saved + g * H, saved + g * H + n, A(0));
       }
@@ -166,35 +165,46 @@ void ForwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vector
     const A* __restrict br = pl.bias_r + j0;
     auto x_side = [=](int g, int64_t j) { return gx[g * H + j] + bw[g * H + j]; };
     auto h_side = [=](int g, int64_t j) { return gh[g * gn + j] + br[g * H + j]; };
+    // Saved gates (kSave) only where a backward will read them: each loop twice, without a
+    // branch inside.
+    A* const saved_row = pl.gates ? pl.gates + (t * B + b) * kSavedGates * H + j0 : nullptr;
     if (m.mode == RnnMode::kLstm) {  // gates i, f, c, o: lstm_cell.h's IFCO layout
       const A* __restrict c_in = c_prev + b * H + j0;
       A* __restrict c_out = pl.c + (t * B + b) * H + j0;
       A* __restrict m_out = (m.has_proj() ? m_buf + b * H : h_out + b * Hr) + j0;
-      A* __restrict saved_out = pl.gates + (t * B + b) * kSavedGates * H + j0;
+      auto cells = [&](auto save) {
+        A* __restrict saved_out = saved_row;
 #pragma GCC ivdep  // distinct buffers: no alias checks needed
-      for (int64_t j = 0; j < n; ++j) {
-        const CellActivations<A> a = CudnnLstmForward<A, Math>(
-            x_side(0, j) + h_side(0, j), x_side(1, j) + h_side(1, j),
-            x_side(2, j) + h_side(2, j), x_side(3, j) + h_side(3, j), c_in[j]);
-        CudnnLstmSave(a, saved_out, H, j);
-        c_out[j] = a.cs;
-        m_out[j] = a.h;
-      }
+        for (int64_t j = 0; j < n; ++j) {
+          const CellActivations<A> a = CudnnLstmForward<A, Math>(
+              x_side(0, j) + h_side(0, j), x_side(1, j) + h_side(1, j),
+              x_side(2, j) + h_side(2, j), x_side(3, j) + h_side(3, j), c_in[j]);
+          if constexpr (decltype(save)::value) CudnnLstmSave(a, saved_out, H, j);
+          c_out[j] = a.cs;
+          m_out[j] = a.h;
+        }
+      };
+      saved_row ? cells(std::true_type{}) : cells(std::false_type{});
     } else if (m.mode == RnnMode::kGru) {
       const A* __restrict h_in = h_prev + b * Hr + j0;
-      A* __restrict saved_out = pl.gates + (t * B + b) * kSavedGates * H + j0;
       A* __restrict h_row = h_out + b * Hr + j0;
+      auto cells = [&](auto save) {
+        A* __restrict saved_out = saved_row;
 #pragma GCC ivdep
-      for (int64_t j = 0; j < n; ++j) {
-        const GruActivations<A> a =
-            GruForward<A, Math>(x_side(0, j), x_side(1, j), x_side(2, j), h_side(0, j),
-                                h_side(1, j), h_side(2, j), h_in[j]);
-        saved_out[j] = a.r;
-        saved_out[H + j] = a.u;
-        saved_out[2 * H + j] = a.candidate;
-        saved_out[3 * H + j] = a.recurrent_candidate;
-        h_row[j] = a.h;
-      }
+        for (int64_t j = 0; j < n; ++j) {
+          const GruActivations<A> a =
+              GruForward<A, Math>(x_side(0, j), x_side(1, j), x_side(2, j), h_side(0, j),
+                                  h_side(1, j), h_side(2, j), h_in[j]);
+          if constexpr (decltype(save)::value) {
+            saved_out[j] = a.r;
+            saved_out[H + j] = a.u;
+            saved_out[2 * H + j] = a.candidate;
+            saved_out[3 * H + j] = a.recurrent_candidate;
+          }
+          h_row[j] = a.h;
+        }
+      };
+      saved_row ? cells(std::true_type{}) : cells(std::false_type{});
     } else {
       A* __restrict h_row = h_out + b * Hr + j0;
 #pragma GCC ivdep

@@ -274,6 +274,8 @@ class CudnnRNNForwardOp : public OpKernel {
     RnnRun run;
     OP_REQUIRES_OK(ctx, ResolveRun(attrs_, input, input_h, input_c, params, seq_lengths, &m, &run));
     const bool lstm = m.mode == RnnMode::kLstm;
+    // Inference on the CPU: a workspace of the states only, no saved gates written.
+    run.keeps_gates = attrs_.is_training || !std::is_same_v<Device, CPUDevice>;
 
     Tensor *output, *output_h, *output_c, *reserve;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, OutputShape(m, run), &output));
