@@ -365,13 +365,13 @@ def test_padding_content_and_padded_cotangents_are_ignored(rng, mode, time_major
 # tape gradients (TF's registered gradient for tf.raw_ops, ours for the plugin ops)
 # ----------------------------------------------------------------------------------------------
 
-def tape_gradients(where, version, cfg, inp, cot, dtype, lens=None, time_major=True):
+def tape_gradients(where, version, cfg, inp, cot, dtype, lens=None, time_major=True, **extra):
     kw = R.tf_forward_inputs(cfg, inp, dtype, lens, version, time_major)
     name = {1: "CudnnRNN", 2: "CudnnRNNV2", 3: "CudnnRNNV3"}[version]
     sources = [kw["input"], kw["input_h"], kw["input_c"], kw["params"]]
     with tf.GradientTape() as tape:
         tape.watch(sources)
-        out = R.get_op(where, name)(**kw, **R.tf_attrs(cfg, version, time_major))
+        out = R.get_op(where, name)(**kw, **R.tf_attrs(cfg, version, time_major, **extra))
         loss = tf.reduce_sum(out.output * R.to_tf(cot["dy"], dtype))
         loss += tf.reduce_sum(out.output_h * R.to_tf(cot["dh"], dtype))
         if cfg.is_lstm:
@@ -414,6 +414,53 @@ def test_v1_v2_tape_gradient_matches_reference(rng, where, version, mode):
     assert_close(dp, ref["params_backprop"], 1e-10, "params")
     if cfg.is_lstm:
         assert_close(dc, ref["input_c_backprop"], 1e-10, "input_c")
+
+
+@pytest.mark.parametrize("version,mode,proj", [(v, m, 0) for v in (1, 2, 3)
+                                               for m in ("lstm", "gru", "rnn_relu")]
+                         + [(3, "lstm", 2)])  # (num_proj is a V3 attribute)
+def test_inference_forward_is_differentiated_by_recomputing(rng, version, mode, proj):
+    """A forward run with is_training=False keeps no reserve space (what a Keras layer runs at
+    training=False); its gradient recomputes the training forward without dropout, so it equals
+    the reference's gradient of the dropout-free model, eagerly and in a tf.function (the dropout
+    attribute of two layers would change every value if it were applied)."""
+    cfg = R.Cfg(mode, 2, 3, 2, "bidirectional", num_proj=proj)
+    inp, cot = make_case(rng, cfg, 3, 3, "float64")
+    ref = ref_backward(cfg, inp, cot)
+    extra = dict(is_training=False, dropout=0.5)
+    eager = tape_gradients("plugin", version, cfg, inp, cot, "float64", **extra)
+    graph = tf.function(lambda: tape_gradients("plugin", version, cfg, inp, cot, "float64",
+                                               **extra))()
+    for got in (eager, graph):
+        dx, dh, dc, dp = got
+        assert_close(dx, ref["input_backprop"], 1e-10, "input")
+        assert_close(dh, ref["input_h_backprop"], 1e-10, "input_h")
+        assert_close(dp, ref["params_backprop"], 1e-10, "params")
+        if cfg.is_lstm:
+            assert_close(dc, ref["input_c_backprop"], 1e-10, "input_c")
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+def test_inference_forward_second_derivatives_equal_training_ones(rng, mode):
+    """The recomputed forward is differentiable again: a Hessian-vector product w.r.t. the params
+    through an is_training=False forward equals the one through the training forward."""
+    cfg = R.Cfg(mode, 1, 3, 2, "unidirectional")
+    inp, cot = make_case(rng, cfg, 3, 2, "float64")
+    kw = R.tf_forward_inputs(cfg, inp, "float64", None, 3, True)
+    params = tf.Variable(kw.pop("params"))
+    tangent = tf.constant(rng.standard_normal(params.shape))
+
+    def hvp(is_training):
+        with tf.GradientTape() as outer:
+            with tf.GradientTape() as inner:
+                out = R.get_op("plugin", "CudnnRNNV3")(
+                    params=params, **kw, **R.tf_attrs(cfg, 3, True, is_training=is_training))
+                loss = tf.reduce_sum(tf.sin(out.output))
+            grad = inner.gradient(loss, params)
+            projected = tf.reduce_sum(grad * tangent)
+        return outer.gradient(projected, params)
+
+    np.testing.assert_allclose(hvp(False).numpy(), hvp(True).numpy(), rtol=1e-12, atol=1e-14)
 
 
 @pytest.mark.parametrize("where", WHERE)

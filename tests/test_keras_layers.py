@@ -109,6 +109,41 @@ def test_sequences_states_and_gradients_equal_keras(rng, kind, use_mask, go_back
     assert len(grads) == 1 + n_states(kind) + 3
 
 
+def _op_is_training(fn, *args):
+    """The is_training attribute of every CudnnRNNV3 op in fn's graph."""
+    graph = tf.function(fn).get_concrete_function(*args).graph
+    return [op.get_attr("is_training") for op in graph.get_operations()
+            if op.type.endswith("CudnnRNNV3")]
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru", "rnn_tanh", "cudnn_lstm"])
+def test_inference_calls_keep_nothing_and_are_still_differentiable(rng, kind):
+    """training=False (predict, a plain model(x)) runs the op with is_training=False; its
+    gradient (which recomputes the training forward) equals a training=True call's, bit for
+    bit, and so Keras' (the other tests here differentiate training=False calls)."""
+    if kind == "cudnn_lstm":
+        layer = tlk.CudnnLSTM(H, num_layers=2, return_sequences=True)
+    else:
+        layer = make_pair(kind, return_sequences=True)[0]
+    x = tf.constant(rng.uniform(-1, 1, (B, T, I)).astype(np.float32))
+    layer(x)
+    assert _op_is_training(lambda x: layer(x, training=False), x) == [False]
+    assert _op_is_training(lambda x: layer(x), x) == [False]  # Keras' default
+    assert _op_is_training(lambda x: layer(x, training=True), x) == [True]
+    cot = tf.constant(rng.uniform(-1, 1, (B, T, H)).astype(np.float32))
+
+    def grads(training):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            loss = tf.reduce_sum(layer(x, training=training) * cot)
+        return tape.gradient(loss, [x] + layer.trainable_weights)
+
+    for inference, training in zip(grads(False), grads(True)):
+        np.testing.assert_array_equal(np.asarray(inference), np.asarray(training))
+    for graph, eager in zip(tf.function(lambda: grads(False))(), grads(False)):
+        np.testing.assert_array_equal(np.asarray(graph), np.asarray(eager))
+
+
 @pytest.mark.parametrize("zero_output_for_mask", [False, True])
 @pytest.mark.parametrize("go_backwards", [False, True])
 @pytest.mark.parametrize("kind", ["lstm", "gru", "rnn_tanh"])

@@ -77,11 +77,19 @@ def by_mask(layer, inputs, mask, fused, keras_call, same_structure):
                    lambda: same_structure(keras_call()))
 
 
+def is_inference(training):
+    """Whether a layer call's `training` argument says inference (False, 0): then the op runs with
+    is_training=False and keeps no activations for a backward (its gradient, if one is taken
+    anyway, recomputes them). None and tensors count as training, as they may be in fit."""
+    return isinstance(training, (bool, int)) and not training
+
+
 def keras_rnn_loop(x, h0, c0, params, lengths, rnn_mode, go_backwards, return_sequences,
-                   zero_output_for_mask):
+                   zero_output_for_mask, training=True):
     """Keras' RNN loop over x [B, T, I] (inputs already dropped out) from h0 (and c0 for LSTM),
     on one op: (last_output [B, H], outputs [B, T, H] or [B, 1, H] without return_sequences,
-    states). `lengths` [B] are the per-example lengths of a right-padded mask, or None."""
+    states). `lengths` [B] are the per-example lengths of a right-padded mask, or None;
+    `training` is the layer call's (is_inference)."""
     dtype = x.dtype
     shape = tf.shape(x)
     batch, steps = shape[0], shape[1]
@@ -98,7 +106,7 @@ def keras_rnn_loop(x, h0, c0, params, lengths, rnn_mode, go_backwards, return_se
         params=params,
         sequence_lengths=seq_lengths,
         rnn_mode=rnn_mode,
-        is_training=True,
+        is_training=not is_inference(training),
         time_major=False,
     )
     h = tf.squeeze(out.output_h, 1)

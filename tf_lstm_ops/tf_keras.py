@@ -113,7 +113,8 @@ class _FusedCall:
         c0 = tf.cast(initial_state[1], dtype) if lstm else None
         last, outputs, states = keras_rnn_loop(x, h0, c0, self._params(dtype), lengths,
                                                self._rnn_mode, self.go_backwards,
-                                               self.return_sequences, self.zero_output_for_mask)
+                                               self.return_sequences, self.zero_output_for_mask,
+                                               training)
         if self.stateful:  # as tf_keras' RNN.call
             updates = [tf.compat.v1.assign(self_state, tf.cast(state, self_state.dtype))
                        for self_state, state in zip(tf.nest.flatten(self.states), states)]

@@ -5,9 +5,12 @@ TF registers gradients for its own op names (which run our CPU kernels once the 
 these are for the same ops under our namespace (TfLstm>). Each runs the matching CudnnRNNBackprop,
 CudnnRNNBackpropV2 or CudnnRNNBackpropV3 op (docs/cudnn_rnn.md §7) on the forward op's inputs,
 outputs, reserve space and attributes (V2 and V3 also pass host_reserved; V3 its sequence_lengths,
-num_proj and time_major), so the forward must have run with is_training=True (else a ValueError says
-so). An output gradient the tape leaves out counts as zeros; input_c gets a zero gradient outside
-LSTM mode (the op ignores it there), and V3's integer sequence_lengths none.
+num_proj and time_major). A forward run with is_training=False kept no reserve space: its gradient
+runs the forward once more in training mode without dropout (the same outputs, since inference
+applies none) and differentiates that, so an inference call (a Keras layer's training=False) stays
+lean and can still be differentiated (input saliency, gradient penalties). An output gradient the
+tape leaves out counts as zeros; input_c gets a zero gradient outside LSTM mode (the op ignores it
+there), and V3's integer sequence_lengths none.
 """
 
 import tensorflow as tf
@@ -17,26 +20,31 @@ from tf_lstm_ops._loader import OP_NAMESPACE, library
 _RNN_ATTRS = ("rnn_mode", "input_mode", "direction", "dropout", "seed", "seed2")
 
 
+_FORWARD_OPS = {1: "CudnnRNN", 2: "CudnnRNNV2", 3: "CudnnRNNV3"}
+
+
 def _cudnn_rnn_grad(op, grads, backprop_op, version):
-    if not op.get_attr("is_training"):
-        raise ValueError(
-            "%s was run with is_training=False, which keeps no reserve space: set "
-            "is_training=True to differentiate it" % op.type
-        )
+    attrs = _RNN_ATTRS + (("num_proj", "time_major") if version == 3 else ())
     args = dict(zip(("input", "input_h", "input_c", "params"), op.inputs[:4]))
-    args.update(output=op.outputs[0], output_h=op.outputs[1], output_c=op.outputs[2])
-    for name, grad, out in zip(
-        ("output_backprop", "output_h_backprop", "output_c_backprop"), grads, op.outputs
-    ):
-        args[name] = tf.zeros_like(out) if grad is None else grad
-    args["reserve_space"] = op.outputs[3]
-    attrs = _RNN_ATTRS
-    if version >= 2:
-        args["host_reserved"] = op.outputs[4]
     if version == 3:
         args["sequence_lengths"] = op.inputs[4]
-        attrs += ("num_proj", "time_major")
     args.update((name, op.get_attr(name)) for name in attrs)
+    outputs = op.outputs
+    if not op.get_attr("is_training"):
+        # No reserve space: the training forward of the same inputs, without dropout (which
+        # inference never applies), gives the same outputs and the reserve space to differentiate
+        # (by a Backprop told the same dropout rate).
+        args["dropout"] = 0.0
+        with tf.name_scope("recomputed_forward"):
+            outputs = library.op(_FORWARD_OPS[version])(**args, is_training=True)
+    args.update(output=outputs[0], output_h=outputs[1], output_c=outputs[2])
+    for name, grad, out in zip(
+        ("output_backprop", "output_h_backprop", "output_c_backprop"), grads, outputs
+    ):
+        args[name] = tf.zeros_like(out) if grad is None else grad
+    args["reserve_space"] = outputs[3]
+    if version >= 2:
+        args["host_reserved"] = outputs[4]
     input_grad, h_grad, c_grad, params_grad = library.op(backprop_op)(**args)
     if args["rnn_mode"] not in ("lstm", b"lstm"):  # input_c is unused (any shape): zero gradient
         c_grad = tf.zeros_like(args["input_c"])

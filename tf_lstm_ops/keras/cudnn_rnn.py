@@ -8,6 +8,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tf_lstm_ops._fused_rnn import is_inference
 from tf_lstm_ops._loader import library
 from tf_lstm_ops.keras._common import (
     _Keras3Only,
@@ -290,7 +291,7 @@ class CudnnRNN(_Keras3Only, keras.layers.Layer):
             params=_read(self.params, dtype),
             sequence_lengths=lengths,
             dropout=self.dropout if training else 0.0,
-            is_training=True,
+            is_training=not is_inference(training),
             time_major=self.time_major,
             **self._op_attrs(),
         )

@@ -147,7 +147,7 @@ class _FusedRNNMixin(_Keras3Only):
         c0 = tf.cast(initial_state[1], dtype) if lstm else None
         return keras_rnn_loop(x, h0, c0, self._params(dtype), lengths, self._rnn_mode,
                               self.go_backwards, self.return_sequences,
-                              self.zero_output_for_mask)
+                              self.zero_output_for_mask, training)
 
 
 @_register
