@@ -1,5 +1,6 @@
 """Smoke tests of the benchmark CLI (python -m tf_lstm_ops.bench): argument handling, one tiny
-in-process run (JSON keys and contenders, the table, the plot) and the torch-absent path.
+in-process run (JSON keys and contenders, the table, the plot, the FMA peak), one tiny
+--inference run and the torch-absent path.
 No timing assertions: the numbers of a tiny run on a shared machine mean nothing."""
 
 import argparse
@@ -24,6 +25,12 @@ try:
     HAVE_OURS_KERAS = True
 except Exception:  # the Keras layers are optional for the benchmark
     HAVE_OURS_KERAS = False
+try:
+    import tensorflow as tf
+
+    HAVE_TFLITE = hasattr(tf.lite, "TFLiteConverter") and hasattr(tf.lite, "Interpreter")
+except Exception:  # a TensorFlow without tf.lite
+    HAVE_TFLITE = False
 
 EXPECTED = {  # contender -> phases, per family (torch is blocked below)
     "lstm": {
@@ -46,6 +53,12 @@ if HAVE_OURS_KERAS:
     for _family in EXPECTED:
         for _key in ("ours_keras", "ours_keras_mask", "ours_keras_fallback"):
             EXPECTED[_family][_key] = ("fwd", "fwd+bwd")
+# --inference: the contenders with a row here (torch is blocked; TFLite converts our layer's model)
+EXPECTED_INFERENCE = {"lstm": {"ours_block_inf", "ours_cudnn_inf", "keras_inf"},
+                      "gru": {"ours_cudnn_inf", "keras_inf"}}
+for _family in EXPECTED_INFERENCE:
+    EXPECTED_INFERENCE[_family] |= {"ours_keras_inf"} if HAVE_OURS_KERAS else set()
+    EXPECTED_INFERENCE[_family] |= {"tflite_inf"} if HAVE_OURS_KERAS and HAVE_TFLITE else set()
 
 
 def run_main(argv, capsys):
@@ -56,15 +69,12 @@ def run_main(argv, capsys):
     return code, captured.out, captured.err
 
 
-@pytest.fixture(scope="module")
-def quick_run(tmp_path_factory):
-    """One tiny --quick run of both families, torch made unimportable; (json, stdout, stderr,
-    plot path or None). capsys is function-scoped, so the output is captured by hand."""
-    out_dir = tmp_path_factory.mktemp("bench")
+def _quick_report(out_dir, extra_argv=(), plot_path=None):
+    """One tiny --quick run at SHAPE, torch made unimportable; (json, stdout, stderr). capsys is
+    function-scoped, so the module fixtures capture the output by hand."""
     json_path = out_dir / "bench.json"
-    plot_path = out_dir / "bench.png" if HAVE_MATPLOTLIB else None
     argv = ["--quick", "--shape", ",".join(map(str, SHAPE)), "--repeats", str(REPEATS),
-            "--json", str(json_path)]
+            "--json", str(json_path)] + list(extra_argv)
     if plot_path:
         argv += ["--plot", str(plot_path)]
     out, err = io.StringIO(), io.StringIO()
@@ -74,7 +84,21 @@ def quick_run(tmp_path_factory):
     assert code == 0, err.getvalue()
     with open(json_path) as f:
         report = json.load(f)
-    return report, out.getvalue(), err.getvalue(), plot_path
+    return report, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    """One tiny --quick run of both families; (json, stdout, stderr, plot path or None)."""
+    out_dir = tmp_path_factory.mktemp("bench")
+    plot_path = out_dir / "bench.png" if HAVE_MATPLOTLIB else None
+    return _quick_report(out_dir, plot_path=plot_path) + (plot_path,)
+
+
+@pytest.fixture(scope="module")
+def inference_run(tmp_path_factory):
+    """One tiny --quick --inference run of both families; (json, stdout, stderr)."""
+    return _quick_report(tmp_path_factory.mktemp("bench_inference"), ["--inference"])
 
 
 def test_help(capsys):
@@ -83,7 +107,7 @@ def test_help(capsys):
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     for flag in ("--shape", "--dtype", "--family", "--repeats", "--warmup", "--quick", "--json",
-                 "--plot", "--quiet", "--memory", "--torch-path"):
+                 "--plot", "--quiet", "--memory", "--torch-path", "--hvp", "--inference"):
         assert flag in out
 
 
@@ -100,6 +124,7 @@ def test_help(capsys):
     ["--baseline", "nope"],
     ["--plot", "chart.jpg"],
     ["--cooldown", "-1"],
+    ["--inference", "--hvp"],
     ["--no-such-flag"],
 ])
 def test_bad_arguments_are_usage_errors(argv, capsys):
@@ -139,10 +164,34 @@ def test_hvp_contenders_run_only_when_asked_for():
     assert args.contenders == ["keras_hvp"] and args.baseline == "keras_hvp"
 
 
+def test_inference_contenders_run_only_when_asked_for():
+    from tf_lstm_ops.bench.contenders import INFERENCE_CONTENDERS, contenders_for
+
+    for family in ("lstm", "gru"):
+        assert not any(c.key.endswith("_inf") for c in contenders_for(family, None))
+    args = bench.parse_args([])
+    assert args.shapes == list(bench.DEFAULT_SHAPES) and not args.inference
+    assert bench.STREAMING_SHAPE not in args.shapes
+    args = bench.parse_args(["--inference"])
+    assert args.contenders == list(INFERENCE_CONTENDERS) and args.baseline == "ours_keras_inf"
+    assert args.shapes == list(bench.DEFAULT_SHAPES) + [(1, 1, 256, 256)]
+    assert {c.key for c in contenders_for("lstm", args.contenders)} == set(INFERENCE_CONTENDERS)
+    # the block op is LSTM-only
+    assert {c.key for c in contenders_for("gru", args.contenders)} == set(
+        INFERENCE_CONTENDERS) - {"ours_block_inf"}
+    assert all(c.phases == ("inf",) for c in contenders_for("gru", args.contenders))
+    args = bench.parse_args(["--inference", "--quick"])
+    assert args.shapes == list(bench.QUICK_SHAPES)
+    args = bench.parse_args(["--inference", "--contenders", "keras_inf,tflite_inf",
+                             "--baseline", "keras_inf", "--shape", "1,1,8,8"])
+    assert args.contenders == ["keras_inf", "tflite_inf"] and args.baseline == "keras_inf"
+    assert args.shapes == [(1, 1, 8, 8)]
+
+
 def test_json_has_raw_numbers_and_expected_contenders(quick_run):
     report = quick_run[0]
-    for key in ("config", "machine", "sgemm", "results", "speedups", "skipped", "notes",
-                "runtime_s"):
+    for key in ("config", "machine", "fma_peak", "sgemm", "results", "speedups", "skipped",
+                "notes", "runtime_s"):
         assert key in report
     for key in ("cpu_count", "usable_cpus", "tf_version", "keras_version", "torch_version",
                 "tf_intra_op_threads", "tf_inter_op_threads"):
@@ -154,7 +203,8 @@ def test_json_has_raw_numbers_and_expected_contenders(quick_run):
     found = {}
     for row in report["results"]:
         for key in ("family", "dtype", "shape", "contender", "name", "phase", "median_ms",
-                    "min_ms", "samples_ms", "flop", "gflops", "pct_peak", "speedup", "baseline"):
+                    "min_ms", "samples_ms", "flop", "gflops", "pct_peak", "pct_sgemm", "speedup",
+                    "baseline"):
             assert key in row, key
         assert row["shape"] == list(SHAPE) and row["dtype"] == "float32"
         assert len(row["samples_ms"]) == REPEATS
@@ -171,6 +221,89 @@ def test_json_has_raw_numbers_and_expected_contenders(quick_run):
     assert any(p["ours"] == "ours_block" and p["other"] == "keras" for p in report["speedups"])
 
 
+def test_pct_peak_is_of_the_measured_fma_peak(quick_run):
+    report = quick_run[0]
+    fma, machine = report["fma_peak"], report["machine"]
+    # one concurrent thread per TF intra-op thread, summed
+    assert fma["threads"] == machine["tf_intra_op_threads"]
+    assert len(fma["per_thread_gflops"]) == fma["threads"]
+    assert all(v > 0 for v in fma["per_thread_gflops"])
+    assert fma["gflops"] == pytest.approx(sum(fma["per_thread_gflops"]))
+    assert fma["seconds"] == bench.QUICK_FMA_SECONDS
+    assert fma["isa"] == machine["cpu_kernels_isa"]
+    for row in report["results"]:
+        assert row["pct_peak"] == pytest.approx(100.0 * row["gflops"] / fma["gflops"])
+        assert row["pct_sgemm"] == pytest.approx(100.0 * row["gflops"] / report["sgemm"]["gflops"])
+
+
+def test_fma_peak_of_an_older_library_is_a_note(monkeypatch):
+    """A library built before tf_lstm_ops_fma_peak_gflops: no peak, a note, % peak empty."""
+    import tf_lstm_ops._loader as loader
+
+    from tf_lstm_ops.bench.table import _pct
+
+    def missing(seconds):
+        raise AttributeError("undefined symbol: tf_lstm_ops_fma_peak_gflops")
+
+    class Quiet:
+        def say(self, _):
+            pass
+
+    monkeypatch.setattr(loader, "fma_peak_gflops", missing)
+    notes = []
+    assert bench.measure_fma_peak(2, 0.01, Quiet(), notes) is None
+    assert len(notes) == 1 and "FMA peak not measured" in notes[0]
+    assert _pct(None) == "-"
+
+
+def test_inference_run_has_a_row_per_contender(inference_run):
+    report = inference_run[0]
+    assert report["config"]["inference"] and report["config"]["baseline"] == "ours_keras_inf"
+    found = {}
+    for row in report["results"]:
+        assert row["phase"] == "inf" and len(row["samples_ms"]) == REPEATS
+        assert row["median_ms"] > 0 and row["pct_peak"] > 0
+        found.setdefault(row["family"], set()).add(row["contender"])
+    assert found == EXPECTED_INFERENCE
+    T, B, I, H = SHAPE
+    lstm = [r for r in report["results"] if r["family"] == "lstm"]
+    assert all(r["flop"] == 8 * B * H * (I + H) * T for r in lstm)  # an inference forward
+    if HAVE_OURS_KERAS:
+        base = next(r for r in lstm if r["contender"] == "ours_keras_inf")
+        assert base["speedup"] == pytest.approx(1.0)
+        assert all(r["baseline"] == "ours_keras_inf" for r in report["results"])
+    skipped = {(s["family"], s["contender"]): s["reason"] for s in report["skipped"]}
+    assert "torch not importable" in skipped[("lstm", "torch_inf")]
+    assert "torch not importable" in skipped[("gru", "torch_inf")]
+
+
+@pytest.mark.skipif(not (HAVE_OURS_KERAS and HAVE_TFLITE),
+                    reason="needs tf_lstm_ops.keras and tf.lite")
+def test_inference_run_notes_what_tflite_runs(inference_run):
+    report, out = inference_run[0], inference_run[1]
+    # The note says whether the converted LSTM is TFLite's fused builtin; a GRU never is.
+    lstm_note = next(n for n in report["notes"] if n.startswith("TFLite lstm: converted from"))
+    assert "UNIDIRECTIONAL_SEQUENCE_LSTM" in lstm_note
+    assert any(n.startswith("TFLite gru: converted from") and "NOT fused" in n
+               for n in report["notes"])
+    for text in ("TFLite LSTM (stock export)", "ours keras.LSTM inference", "== gru float32",
+                 "inf = fwd", "TFLite lstm: converted from"):
+        assert text in out, text
+
+
+def test_tflite_skips_dtypes_it_cannot_run(capsys):
+    code, out, err = run_main(["--quick", "--quiet", "--shape", "2,1,3,2", "--repeats", "1",
+                               "--inference", "--family", "lstm", "--dtype", "bfloat16",
+                               "--contenders", "ours_cudnn_inf,tflite_inf", "--json", "-"],
+                              capsys)
+    assert code == 0
+    report = json.loads(out)
+    assert {r["contender"] for r in report["results"]} == {"ours_cudnn_inf"}
+    assert [s["contender"] for s in report["skipped"]] == ["tflite_inf"]
+    assert "float32 models only" in report["skipped"][0]["reason"]
+    assert "skipped TFLite LSTM (stock export)" in err
+
+
 def test_torch_absence_is_a_note_not_an_error(quick_run):
     report, out = quick_run[0], quick_run[1]
     skipped = [s for s in report["skipped"] if s["contender"] == "torch"]
@@ -181,7 +314,8 @@ def test_torch_absence_is_a_note_not_an_error(quick_run):
 
 def test_table_is_printed(quick_run):
     out, err = quick_run[1], quick_run[2]
-    for text in ("contender", "median ms", "GFLOP/s", "% peak", "speedup", "sgemm peak",
+    for text in ("contender", "median ms", "GFLOP/s", "% peak", "speedup", "FMA peak (hardware",
+                 "sgemm (information): tf.matmul", "% peak = GFLOP/s / FMA peak",
                  "== lstm float32  T=3 B=2 I=4 H=4", "== gru float32", "ours BlockLSTMV2",
                  "tf.raw_ops BlockLSTMV2", "keras.layers.LSTM", "keras.layers.GRU", "fwd+bwd",
                  "runtime"):

@@ -152,6 +152,15 @@ def cpu_isa():
     return _diagnostic("tf_lstm_ops_cpu_isa", ctypes.c_char_p)().decode()
 
 
+def fma_peak_gflops(seconds):
+    """The float32 FMA rate of the core running the calling thread, in GFLOP/s, with the ISA
+    build cpu_isa() names: a loop of independent register-only fused multiply-adds run for about
+    `seconds`. ctypes releases the GIL during the call, so threads calling it at once measure as
+    many cores at once (the benchmark's hardware peak)."""
+    return _diagnostic("tf_lstm_ops_fma_peak_gflops", ctypes.c_double, (ctypes.c_double,))(
+        seconds)
+
+
 def in_place_backward_runs():
     """How many CPU BlockLSTM gradient runs in this process stored the gate gradients in place of
     the saved i, f, ci, o (which TensorFlow hands over only when nothing else holds them: inside
@@ -160,10 +169,10 @@ def in_place_backward_runs():
 
 
 @functools.lru_cache(maxsize=None)
-def _diagnostic(name, restype):
-    """One of the library's exported C diagnostics (cc/exports.lds), looked up once."""
+def _diagnostic(name, restype, argtypes=()):
+    """One of the library's exported C diagnostics (cc/tf/exports.lds), looked up once."""
     fn = getattr(ctypes.CDLL(find_library()), name)
-    fn.restype = restype
+    fn.restype, fn.argtypes = restype, list(argtypes)
     return fn
 
 

@@ -68,6 +68,10 @@ bool HasBf16Dot();
 void PackedBlockBf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                      const uint16_t* packed, bool accumulate, float* c, int64_t ldc);
 
+// The float FMA rate of one core with the selected build (register-only independent FMAs), in
+// GFLOP/s, measured for about `seconds`: the benchmark's hardware peak.
+double FmaPeakGflops(double seconds);
+
 // The instruction set the blocks run with on this CPU ("avx512_bf16" (AVX-512 with the bf16
 // dot product), "avx512", "avx2", "avx" or "generic").
 const char* IsaName();

@@ -21,6 +21,7 @@ namespace gemm {
                    bool accumulate, A* c, int64_t ldc);                                          \
   void FloatToBf16(const float* src, uint16_t* dst, int64_t n);                                  \
   void Bf16ToFloat(const uint16_t* src, float* dst, int64_t n);                                  \
+  double FmaPeakGflops(double seconds);                                                          \
   }
 #if defined(__x86_64__)
 namespace avx512_bf16 {
@@ -147,6 +148,8 @@ void FloatToBf16(const float* src, uint16_t* dst, int64_t n) {
 void Bf16ToFloat(const uint16_t* src, float* dst, int64_t n) {
   TF_LSTM_ON_SELECTED_ISA(Bf16ToFloat(src, dst, n))
 }
+
+double FmaPeakGflops(double seconds) { TF_LSTM_ON_SELECTED_ISA(FmaPeakGflops(seconds)) }
 #undef TF_LSTM_ON_SELECTED_ISA
 
 namespace {
@@ -289,6 +292,14 @@ extern "C" __attribute__((visibility("default"))) bool tf_lstm_ops_gemm_block(
   if (element_bytes == 4) return run(static_cast<float*>(c));
   if (element_bytes == 8) return run(static_cast<double*>(c));
   return false;
+}
+
+// For the benchmark (through ctypes): the float FMA rate of one core, in GFLOP/s, with the ISA
+// build that runs here, measured for about `seconds` (call it from several threads at once for
+// the machine's peak).
+extern "C" __attribute__((visibility("default"))) double tf_lstm_ops_fma_peak_gflops(
+    double seconds) {
+  return tf_lstm_ops::gemm::FmaPeakGflops(seconds);
 }
 
 // For the tests (through ctypes): gemm::FloatToBf16 (to_bf16) or gemm::Bf16ToFloat over n values,

@@ -9,6 +9,7 @@
 #endif
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -535,6 +536,62 @@ void Bf16ToFloat(const uint16_t* src, float* dst, int64_t n) {
     const uint32_t bits = uint32_t{src[i]} << 16;
     std::memcpy(dst + i, &bits, sizeof(bits));
   }
+}
+
+// The FMA peak of one core for this build: a loop of independent float FMAs on registers only
+// (no loads, no stores), so "% of peak" can mean the hardware's rate, not another library's
+// GEMM. kChains independent accumulators cover the FMA latency times the FMA ports (4 cycles x 2
+// ports on current x86 cores); the builds without FMA run a multiply and an add per element.
+double FmaPeakGflops(double seconds) {
+  using Clock = std::chrono::steady_clock;
+  constexpr int kChains = 12;  // of 16 ymm / 32 zmm registers: the rest hold the operands
+  constexpr int64_t kInner = 1 << 16;
+#if defined(TF_LSTM_PACKED_SIMD)
+  using X = Vec<float>;
+  constexpr int kLanes = X::kLanes;
+  typename X::V acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = X::Splat(1.0f + c * 1e-3f);
+  const typename X::V mul = X::Splat(0.999999f), add = X::Splat(1e-7f);
+#else
+  constexpr int kLanes = 8;
+  float acc[kChains][kLanes];
+  for (int c = 0; c < kChains; ++c) std::fill(acc[c], acc[c] + kLanes, 1.0f + c * 1e-3f);
+  volatile float mul_in = 0.999999f, add_in = 1e-7f;
+  const float mul = mul_in, add = add_in;
+#endif
+  int64_t iterations = 0;
+  const auto start = Clock::now();
+  double elapsed = 0;
+  do {
+    for (int64_t i = 0; i < kInner; ++i) {
+#pragma GCC unroll 12
+      for (int c = 0; c < kChains; ++c) {
+#if defined(TF_LSTM_PACKED_SIMD)
+        acc[c] = X::Fma(acc[c], mul, add);
+#else
+        for (int l = 0; l < kLanes; ++l) acc[c][l] = acc[c][l] * mul + add;
+#endif
+      }
+    }
+    // an empty asm that "reads and writes" the accumulators keeps the loop from being folded
+#if defined(TF_LSTM_PACKED_SIMD)
+    for (int c = 0; c < kChains; ++c) asm volatile("" : "+v"(acc[c]));
+#else
+    asm volatile("" : : "r"(&acc[0][0]) : "memory");
+#endif
+    iterations += kInner;
+    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  } while (elapsed < seconds);
+  float sink[kLanes];
+#if defined(TF_LSTM_PACKED_SIMD)
+  for (int c = 1; c < kChains; ++c) acc[0] = X::Add(acc[0], acc[c]);
+  X::Store(sink, acc[0]);
+#else
+  std::copy_n(acc[0], kLanes, sink);
+#endif
+  volatile float keep = sink[0];
+  (void)keep;
+  return 2.0 * kLanes * kChains * static_cast<double>(iterations) / elapsed * 1e-9;
 }
 
 template void PackedBlock<float>(int64_t, int64_t, int64_t, const float*, int64_t, const float*,

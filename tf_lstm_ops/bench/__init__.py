@@ -5,6 +5,7 @@
     python -m tf_lstm_ops.bench --quick --json - --quiet      # a tiny run, JSON on stdout
     python -m tf_lstm_ops.bench --plot bench.png --memory     # bar chart; peak memory of fwd+bwd
     python -m tf_lstm_ops.bench --hvp --memory                # Hessian-vector products
+    python -m tf_lstm_ops.bench --inference                   # inference forward, TFLite too
 
 For every case (family x dtype x shape (T, B, I, H)) each contender times some of these phases:
 
@@ -19,6 +20,15 @@ For every case (family x dtype x shape (T, B, I, H)) each contender times some o
            d/dw <d loss/dw, v>, by double backpropagation in one tf.function: BlockLSTMV2 (LSTM),
            CudnnRNNV3 and the Keras layers, ours and Keras'. Counted as two fwd+bwd steps in
            GFLOP/s.
+  inf      (--inference, or the *_inf contenders by name) the forward of inference
+           (training=False) alone: BlockLSTMV2 (LSTM), CudnnRNNV3(is_training=False), our Keras
+           layer and Keras' in a model with the same weights (model(x, training=False) in a
+           tf.function), TFLite's interpreter on our model exported with to_stock_keras and
+           converted for the fixed [B, T, I] (set_tensor + invoke + get_tensor; float32 only; an
+           LSTM goes through a tf_keras twin, the one TFLite fuses into its
+           UNIDIRECTIONAL_SEQUENCE_LSTM, and a note says what the converted model runs), torch
+           under inference_mode. Default shapes: the usual four and a streaming step
+           (1, 1, 256, 256); baseline: our Keras layer.
 
 Every TensorFlow callable is a tf.function with pre-made inputs; one element of every result is
 read back to the host (`.numpy()`), so each call has really finished. The first call of every
@@ -27,10 +37,12 @@ contenders and phases of a case, --repeats rounds (the order rotates each round)
 an untimed --cooldown pause (torch's OpenMP threads spin for milliseconds after a call and would
 otherwise slow whichever contender comes next), and the table reports medians. GFLOP/s count
 GEMM FLOP only (multiply-add = 2): LSTM forward 8*B*H*(I+H)*T, GRU 6*B*H*(I+H)*T, backward twice
-the forward; "% peak" divides by the median GFLOP/s of a float32 tf.matmul measured at the start
-of the run (for every dtype). "speedup" is the row's median divided by the baseline contender's
-median for the same phase (default: ours BlockLSTMV2 for lstm, ours CudnnRNNV3 for gru): above 1
-the baseline (ours) is faster.
+the forward; "% peak" divides by the machine's float32 FMA peak measured at the start of the run
+(for every dtype): the library's register-only FMA loop, in the ISA build that runs, on as many
+threads at once as TF's intra-op threads, summed. The GFLOP/s of a float32 tf.matmul is measured
+and printed beside it, as information. "speedup" is the row's median divided by the baseline
+contender's median for the same phase (default: ours BlockLSTMV2 for lstm, ours CudnnRNNV3 for
+gru): above 1 the baseline (ours) is faster.
 
 --memory measures the peak resident memory a fwd+bwd step adds (VmHWM after the step minus VmRSS
 before it, with the peak reset through /proc/self/clear_refs), in one fresh subprocess per case
@@ -62,12 +74,16 @@ from tf_lstm_ops.bench.cli import (  # noqa: E402
     DEFAULT_SHAPES,
     DEFAULT_WARMUP,
     DTYPE_ALIASES,
+    FMA_SECONDS,
+    INFERENCE_SHAPES,
+    QUICK_FMA_SECONDS,
     QUICK_COOLDOWN_MS,
     QUICK_REPEATS,
     QUICK_SGEMM_N,
     QUICK_SHAPES,
     QUICK_WARMUP,
     SGEMM_N,
+    STREAMING_SHAPE,
     build_parser,
     main,
     parse_args,
@@ -81,6 +97,9 @@ from tf_lstm_ops.bench.contenders import (  # noqa: E402
     FAMILIES,
     GATES,
     HALF_FLOAT,
+    INFERENCE_BASELINE,
+    INFERENCE_CONTENDERS,
+    INFERENCE_PHASE,
     PHASES,
     UNSUPPORTED_NOTES,
     Case,
@@ -114,6 +133,7 @@ from tf_lstm_ops.bench.timing import (  # noqa: E402
     Progress,
     add_speedups,
     measure_call_overhead,
+    measure_fma_peak,
     measure_sgemm,
     plan,
     results_of,

@@ -16,7 +16,9 @@ from tf_lstm_ops.bench.contenders import (
     DTYPES,
     FAMILIES,
     HVP_CONTENDERS,
-    HVP_PHASE,
+    INFERENCE_BASELINE,
+    INFERENCE_CONTENDERS,
+    STEP_PHASES,
     Case,
     contenders_for,
 )
@@ -33,6 +35,7 @@ from tf_lstm_ops.bench.timing import (
     Progress,
     add_speedups,
     measure_call_overhead,
+    measure_fma_peak,
     measure_sgemm,
     plan,
     results_of,
@@ -40,6 +43,8 @@ from tf_lstm_ops.bench.timing import (
 )
 
 DEFAULT_SHAPES = ((50, 32, 128, 256), (100, 64, 512, 512), (20, 1, 256, 256), (200, 16, 64, 128))
+STREAMING_SHAPE = (1, 1, 256, 256)  # one step of one stream: what a served model runs per token
+INFERENCE_SHAPES = DEFAULT_SHAPES + (STREAMING_SHAPE,)
 QUICK_SHAPES = ((6, 3, 8, 8),)
 DTYPE_ALIASES = {"float16": "half", "fp16": "half", "fp32": "float32", "bf16": "bfloat16",
                  "fp64": "float64", "double": "float64", "float": "float32"}
@@ -49,6 +54,7 @@ QUICK_REPEATS, QUICK_WARMUP = 3, 0
 # after a call (GOMP_SPINCOUNT), which would steal the CPUs from whichever contender runs next.
 DEFAULT_COOLDOWN_MS, QUICK_COOLDOWN_MS = 20.0, 0.0
 SGEMM_N, QUICK_SGEMM_N = 2048, 256
+FMA_SECONDS, QUICK_FMA_SECONDS = 0.3, 0.05  # per thread, all threads at once
 
 
 def _shape(text):
@@ -105,7 +111,8 @@ def build_parser():
         description="Times forward, backward and forward+backward of the tf_lstm_ops kernels\n"
                     "against tf.raw_ops (BlockLSTMV2 + GradV2, LSTMBlockCell), keras.layers.LSTM/GRU\n"
                     "and torch.nn.LSTM/GRU (when torch is importable), interleaved in one run, and\n"
-                    "prints median ms, GFLOP/s, % of a measured sgemm peak and speedups.",
+                    "prints median ms, GFLOP/s, % of the CPUs' measured FMA peak and speedups.\n"
+                    "--inference times the inference forward instead (TFLite too), --hvp HVPs.",
         epilog="contender keys (for --contenders and --baseline):\n  %s\n\n"
                "Progress goes to stderr, the table to stdout (to stderr with --json -).\n\n"
                "examples:\n"
@@ -113,6 +120,7 @@ def build_parser():
                "  python -m tf_lstm_ops.bench --quick --json - --quiet\n"
                "  python -m tf_lstm_ops.bench --plot bench.png --json bench.json --memory\n"
                "  python -m tf_lstm_ops.bench --hvp --family lstm\n"
+               "  python -m tf_lstm_ops.bench --inference --quick\n"
                "  python -m tf_lstm_ops.bench --torch-path /path/to/venv/lib/python3.X/site-packages"
                % ", ".join(CONTENDER_KEYS),
     )
@@ -128,16 +136,27 @@ def build_parser():
                         help="op families to run (repeatable or comma-separated; default both)")
     parser.add_argument("--contenders", type=_choices(CONTENDER_KEYS), metavar="KEY,...",
                         help="run only these contenders (keys below; default all but the *_hvp "
-                             "ones)")
-    parser.add_argument("--hvp", action="store_true",
-                        help="time one Hessian-vector product w.r.t. the weights (double "
-                             "backprop) through CudnnRNNV3 and the Keras layers, ours and "
-                             "Keras', beside one fwd+bwd step of ours (contenders %s unless "
-                             "--contenders is given; baseline ours_cudnn_hvp)"
-                             % ",".join(HVP_CONTENDERS))
+                             "and *_inf ones)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--hvp", action="store_true",
+                      help="time one Hessian-vector product w.r.t. the weights (double "
+                           "backprop) through CudnnRNNV3 and the Keras layers, ours and "
+                           "Keras', beside one fwd+bwd step of ours (contenders %s unless "
+                           "--contenders is given; baseline ours_cudnn_hvp)"
+                           % ",".join(HVP_CONTENDERS))
+    mode.add_argument("--inference", action="store_true",
+                      help="time the inference forward (training=False) alone: BlockLSTMV2, "
+                           "CudnnRNNV3(is_training=False), the Keras layers, ours and Keras', "
+                           "in a model with the same weights, TFLite's interpreter on our "
+                           "model's to_stock_keras export, torch under inference_mode "
+                           "(contenders %s unless --contenders is given; baseline %s; the "
+                           "default shapes and a streaming step %s)"
+                           % (",".join(INFERENCE_CONTENDERS), INFERENCE_BASELINE,
+                              ",".join(map(str, STREAMING_SHAPE))))
     parser.add_argument("--baseline", metavar="KEY", choices=CONTENDER_KEYS,
                         help="contender the speedup column divides by (default ours_block for "
-                             "lstm, ours_cudnn for gru; the default where KEY has no result)")
+                             "lstm, ours_cudnn for gru, --hvp's and --inference's above; the "
+                             "default where KEY has no result)")
     parser.add_argument("--repeats", type=_positive, metavar="N",
                         help="timed rounds per case (default %d; --quick %d)"
                              % (DEFAULT_REPEATS, QUICK_REPEATS))
@@ -150,17 +169,19 @@ def build_parser():
                              "(default %g; --quick %g)" % (DEFAULT_COOLDOWN_MS, QUICK_COOLDOWN_MS))
     parser.add_argument("--quick", action="store_true",
                         help="a tiny fast run: shape %s unless --shape is given, fewer repeats, "
-                             "a %dx%d sgemm" % (",".join(map(str, QUICK_SHAPES[0])),
-                                                QUICK_SGEMM_N, QUICK_SGEMM_N))
+                             "a %dx%d sgemm, a %g s FMA peak"
+                             % (",".join(map(str, QUICK_SHAPES[0])), QUICK_SGEMM_N,
+                                QUICK_SGEMM_N, QUICK_FMA_SECONDS))
     parser.add_argument("--threads", type=_positive, metavar="N",
-                        help="TF intra-op threads (and torch threads); default: TF's default, the "
-                             "number of usable CPUs")
+                        help="TF intra-op threads (and torch's, TFLite's, the FMA peak's); "
+                             "default: TF's default, the number of usable CPUs")
     parser.add_argument("--json", metavar="FILE",
                         help="write all raw numbers as JSON to FILE ('-' for stdout)")
     parser.add_argument("--plot", metavar="FILE.png",
                         help="draw a grouped bar chart per case with matplotlib")
     parser.add_argument("--memory", action="store_true",
-                        help="also measure the peak memory of fwd+bwd (one subprocess per case)")
+                        help="also measure the peak memory of a step: fwd+bwd, hvp or inf (one "
+                             "subprocess per case and contender)")
     parser.add_argument("--no-torch", action="store_true", help="skip the torch contenders")
     parser.add_argument("--torch-path", metavar="DIR", action="append",
                         help="a site-packages directory to append to sys.path before importing "
@@ -175,7 +196,8 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.memory_worker:
         return args
-    args.shapes = args.shape or list(QUICK_SHAPES if args.quick else DEFAULT_SHAPES)
+    args.shapes = args.shape or list(QUICK_SHAPES if args.quick else
+                                     INFERENCE_SHAPES if args.inference else DEFAULT_SHAPES)
     args.dtypes = list(dict.fromkeys(d for ds in (args.dtype or [["float32"]]) for d in ds))
     args.families = list(dict.fromkeys(f for fs in (args.family or [list(FAMILIES)]) for f in fs))
     if args.repeats is None:
@@ -192,6 +214,11 @@ def parse_args(argv=None):
             args.contenders = list(HVP_CONTENDERS)
         if args.baseline is None:
             args.baseline = "ours_cudnn_hvp"
+    if args.inference:
+        if args.contenders is None:
+            args.contenders = list(INFERENCE_CONTENDERS)
+        if args.baseline is None:
+            args.baseline = INFERENCE_BASELINE
     if args.contenders is not None:
         args.contenders = list(dict.fromkeys(args.contenders))
         if not any(contenders_for(f, args.contenders) for f in args.families):
@@ -206,7 +233,8 @@ def run(args):
     started = time.perf_counter()
     notes = []
     torch, torch_note = import_torch(args.no_torch, args.torch_path)
-    if torch_note and (args.contenders is None or "torch" in args.contenders):
+    if torch_note and any(c.needs == "torch" for f in args.families
+                          for c in contenders_for(f, args.contenders)):
         notes.append(torch_note)
     threads = setup_threads(args.threads, notes)
     import tensorflow as tf  # noqa: F401
@@ -217,6 +245,8 @@ def run(args):
     machine = machine_info(threads, torch)
     cases, total = plan(args)
     progress = Progress(args.quiet, total)
+    fma_peak = measure_fma_peak(threads, QUICK_FMA_SECONDS if args.quick else FMA_SECONDS,
+                                progress, notes)
     sgemm = measure_sgemm(QUICK_SGEMM_N if args.quick else SGEMM_N, args.repeats, progress)
     machine["tf_function_call_ms"] = measure_call_overhead(args.repeats)
     results, skipped = [], []
@@ -227,7 +257,8 @@ def run(args):
         before = cpu_snapshot()
         cells = run_case(case, contenders, args, progress, skipped)
         others[case.label] = other_cpu_use(before, cpu_snapshot())
-        results.extend(results_of(case, cells, sgemm["gflops"]))
+        results.extend(results_of(case, cells, fma_peak and fma_peak["gflops"], sgemm["gflops"]))
+        notes.extend(n for n in case.notes if n not in notes)  # once, not once per shape
         del case, cells
         gc.collect()
     others_total = other_cpu_use(run_start, cpu_snapshot())
@@ -242,11 +273,12 @@ def run(args):
             memory["%s %s %s" % (family, dtype, ",".join(map(str, shape)))] = values
             for row in results:
                 if ((row["family"], row["dtype"], tuple(row["shape"])) == (family, dtype, shape)
-                        and row["phase"] in ("fwd+bwd", HVP_PHASE)):
+                        and row["phase"] in STEP_PHASES):
                     row["peak_mb"] = values.get(row["contender"])
-        notes.append("peak MB: resident memory a fwd+bwd step (an HVP in HVP rows) adds over its "
-                     "inputs and weights (VmHWM - VmRSS in a fresh process per case and "
-                     "contender, glibc returning >= 64 KiB blocks to the OS)")
+        notes.append("peak MB: resident memory a fwd+bwd step (an HVP in hvp rows, an inference "
+                     "forward in inf rows) adds over its inputs and weights (VmHWM - VmRSS in a "
+                     "fresh process per case and contender, glibc returning >= 64 KiB blocks to "
+                     "the OS)")
     progress.close()
     try:
         load_end = list(os.getloadavg())
@@ -259,10 +291,12 @@ def run(args):
     return {
         "config": {"shapes": [list(s) for s in args.shapes], "dtypes": args.dtypes,
                    "families": args.families, "repeats": args.repeats, "warmup": args.warmup,
-                   "quick": args.quick, "cooldown_ms": args.cooldown,
+                   "quick": args.quick, "inference": args.inference,
+                   "cooldown_ms": args.cooldown,
                    "baseline": args.baseline or DEFAULT_BASELINE,
                    "contenders": args.contenders, "memory": args.memory},
         "machine": machine,
+        "fma_peak": fma_peak,
         "sgemm": sgemm,
         "results": results,
         "speedups": pairs,

@@ -10,6 +10,10 @@ DTYPES = ("float32", "bfloat16", "half", "float64")
 FAMILIES = ("lstm", "gru")
 PHASES = ("fwd", "bwd", "fwd+bwd")
 HVP_PHASE = "hvp"  # one Hessian-vector product w.r.t. the weights (--hvp)
+INFERENCE_PHASE = "inf"  # the forward of inference, training=False (--inference)
+# The phase that is one whole step of its mode (training, HVP, inference): what --memory measures
+# and --plot labels with the speedup.
+STEP_PHASES = ("fwd+bwd", HVP_PHASE, INFERENCE_PHASE)
 GATES = {"lstm": 4, "gru": 3}
 
 
@@ -24,7 +28,7 @@ class Contender:
         self.key, self.family, self.name = key, family, name
         self.phases, self.build, self.ours = phases, build, ours
         self.dtypes, self.needs = dtypes, needs  # needs: "torch" or "ours_keras"
-        self.opt_in = opt_in  # runs only when named (--contenders, --hvp)
+        self.opt_in = opt_in  # runs only when named (--contenders, --hvp, --inference)
 
 
 class Case:
@@ -36,6 +40,7 @@ class Case:
         self.G = GATES[family]
         self.threads, self.torch = threads, torch_module
         self._seed, self._np, self._tf = seed, {}, {}
+        self.notes = []  # what a contender's build found worth a note (the TFLite model's ops)
 
     @property
     def label(self):
@@ -47,7 +52,8 @@ class Case:
 
     def flop(self, phase):
         # an HVP is counted as two fwd+bwd steps (the step and its tangent)
-        return {"fwd": 1, "bwd": 2, "fwd+bwd": 3, HVP_PHASE: 6}[phase] * self.fwd_flop
+        return {"fwd": 1, "bwd": 2, "fwd+bwd": 3, HVP_PHASE: 6, INFERENCE_PHASE: 1}[phase] * \
+            self.fwd_flop
 
     def array(self, name):
         """float32 NumPy inputs: x [T,B,I], dy [T,B,H], w [I+H, G*H], b [G*H], params (cuDNN)."""
@@ -102,8 +108,9 @@ def keras_dtype(name):
     return {"half": "float16"}.get(name, name)
 
 
-def _block_lstm(raw, case):
-    """BlockLSTMV2 + BlockLSTMGradV2 of `raw` (tf_lstm_ops.raw or tf.raw_ops)."""
+def _block_lstm(raw, case, inference=False):
+    """BlockLSTMV2 + BlockLSTMGradV2 of `raw` (tf_lstm_ops.raw or tf.raw_ops); with inference,
+    the forward alone as the inference phase."""
     import tensorflow as tf
 
     t = case.tensor
@@ -120,6 +127,8 @@ def _block_lstm(raw, case):
         return grad_op(cs_grad=tf.zeros_like(dy), h_grad=dy, use_peephole=False, **a, **acts)
 
     fwd = _function(lambda a: _force([forward(a).h]))
+    if inference:  # BlockLSTMV2 has no inference mode: it computes what a gradient needs anyway
+        return {INFERENCE_PHASE: lambda: fwd(args).numpy()}
     bwd = _function(lambda a, out: _force(backward(a, out)))
     both = _function(lambda a: _force(backward(a, forward(a))))
     saved = tuple(forward(args))  # the saved activations bwd starts from (eager, untimed)
@@ -132,6 +141,12 @@ def build_ours_block(case):
     import tf_lstm_ops
 
     return _block_lstm(tf_lstm_ops.raw, case)
+
+
+def build_ours_block_inf(case):
+    import tf_lstm_ops
+
+    return _block_lstm(tf_lstm_ops.raw, case, inference=True)
 
 
 def build_tf_block(case):
@@ -214,8 +229,9 @@ def build_tf_cell_loop(case):
     return _cell_loop_phases(tf.raw_ops.LSTMBlockCell, case, with_grad=False)
 
 
-def build_ours_cudnn(case):
-    import tensorflow as tf
+def _ours_cudnn(case, is_training):
+    """Our CudnnRNNV3 (+ CudnnRNNBackpropV3); is_training=False: the forward alone, as the
+    inference phase (no reserve space kept for a backward)."""
     import tf_lstm_ops
 
     t = case.tensor
@@ -226,7 +242,7 @@ def build_ours_cudnn(case):
     fwd_op, bwd_op = tf_lstm_ops.raw.CudnnRNNV3, tf_lstm_ops.raw.CudnnRNNBackpropV3
 
     def forward(a):
-        return fwd_op(is_training=True, **attrs, **a)
+        return fwd_op(is_training=is_training, **attrs, **a)
 
     def backward(a, out):
         output, output_h, output_c, reserve_space, host_reserved = out
@@ -235,12 +251,22 @@ def build_ours_cudnn(case):
                       reserve_space=reserve_space, host_reserved=host_reserved, **attrs, **a)
 
     fwd = _function(lambda a: _force([forward(a).output]))
+    if not is_training:
+        return {INFERENCE_PHASE: lambda: fwd(args).numpy()}
     bwd = _function(lambda a, out: _force(backward(a, out)))
     both = _function(lambda a: _force(backward(a, forward(a))))
     saved = tuple(forward(args))
     return {"fwd": lambda: fwd(args).numpy(),
             "bwd": lambda: bwd(args, saved).numpy(),
             "fwd+bwd": lambda: both(args).numpy()}
+
+
+def build_ours_cudnn(case):
+    return _ours_cudnn(case, is_training=True)
+
+
+def build_ours_cudnn_inf(case):
+    return _ours_cudnn(case, is_training=False)
 
 
 def _keras_phases(layer_cls, case, with_mask=False, **kwargs):
@@ -266,12 +292,17 @@ def _keras_phases(layer_cls, case, with_mask=False, **kwargs):
     return {"fwd": lambda: fwd(x).numpy(), "fwd+bwd": lambda: both(x).numpy()}
 
 
-def build_keras(case):
+def _keras_layer(case):
+    """keras.layers.LSTM or GRU, by the case's family."""
     import keras
 
+    return keras.layers.LSTM if case.family == "lstm" else keras.layers.GRU
+
+
+def build_keras(case):
     if case.family == "lstm":
-        return _keras_phases(keras.layers.LSTM, case)
-    return _keras_phases(keras.layers.GRU, case, reset_after=True)
+        return _keras_phases(_keras_layer(case), case)
+    return _keras_phases(_keras_layer(case), case, reset_after=True)
 
 
 def _ours_keras_layer(case):
@@ -300,10 +331,7 @@ def build_ours_keras_fallback(case):
 
 
 def build_keras_fallback(case):
-    import keras
-
-    layer = keras.layers.LSTM if case.family == "lstm" else keras.layers.GRU
-    return _keras_phases(layer, case, use_cudnn=False)
+    return _keras_phases(_keras_layer(case), case, use_cudnn=False)
 
 
 def _hessian_vector_product(variables, loss_fn):
@@ -378,12 +406,120 @@ def build_ours_keras_hvp(case):
 
 
 def build_keras_hvp(case):
+    return _keras_hvp(_keras_layer(case), case)
+
+
+def _inference_model(layer_cls, case):
+    """A Keras model of one layer_cls(H, return_sequences=True) on batch-major [B, T, I] inputs,
+    with the weights every inference contender of the case shares: the case's w and b in Keras'
+    layout (kernel w[:I], recurrent kernel w[I:]; a GRU's input and recurrent bias both b)."""
     import keras
+    import numpy as np
 
-    return _keras_hvp(keras.layers.LSTM if case.family == "lstm" else keras.layers.GRU, case)
+    dtype = keras_dtype(case.dtype)
+    family_kwargs = {"reset_after": True} if case.family == "gru" else {}
+    inputs = keras.Input(batch_shape=(case.B, case.T, case.I), dtype=dtype)
+    # glorot_uniform: the default orthogonal initializer needs a QR (no bfloat16 kernel)
+    layer = layer_cls(case.H, return_sequences=True, dtype=dtype,
+                      recurrent_initializer="glorot_uniform", **family_kwargs)
+    model = keras.Model(inputs, layer(inputs))
+    w, b = case.array("w"), case.array("b")
+    model.set_weights([w[:case.I], w[case.I:], b if case.family == "lstm" else np.stack([b, b])])
+    return model
 
 
-def build_torch(case):
+def _keras_inference(layer_cls, case):
+    import tensorflow as tf
+
+    model = _inference_model(layer_cls, case)
+    x = case.tensor("x_bm")
+    infer = tf.function(lambda x: _force([model(x, training=False)]))
+    return {INFERENCE_PHASE: lambda: infer(x).numpy()}
+
+
+def build_ours_keras_inf(case):
+    return _keras_inference(_ours_keras_layer(case), case)
+
+
+def build_keras_inf(case):
+    return _keras_inference(_keras_layer(case), case)
+
+
+def _tflite_source(stock, case):
+    """(the Keras model TFLite converts, what it is). TFLite's converter fuses an LSTM into its
+    builtin UNIDIRECTIONAL_SEQUENCE_LSTM only where the layer's function carries tf_keras' (Keras
+    2) "lstm_" api_implements mark, which Keras 3's LSTM lacks (its loop converts to a WHILE); so
+    an LSTM is converted from a tf_keras twin with the stock model's weights where tf_keras
+    imports. TFLite has no fused GRU: a GRU converts from the stock model as it is."""
+    what = "to_stock_keras(model)"
+    if case.family != "lstm":
+        return stock, what
+    try:
+        import tf_keras
+    except ImportError as error:
+        return stock, "%s (tf_keras not importable: %s)" % (what, _first_line(error))
+    twin = tf_keras.Sequential([tf_keras.Input(batch_shape=(case.B, case.T, case.I)),
+                                tf_keras.layers.LSTM(case.H, return_sequences=True)])
+    twin.set_weights(stock.get_weights())  # the same layout: kernel, recurrent kernel, bias
+    return twin, "a tf_keras twin of " + what
+
+
+def build_tflite_inf(case):
+    """TFLite's interpreter on our layer's inference model exported with to_stock_keras and
+    converted for its fixed [B, T, I] input; a timed call is set_tensor + invoke + get_tensor."""
+    import contextlib
+    import io
+    import warnings
+
+    import tensorflow as tf
+
+    layer_cls = _ours_keras_layer(case)
+    from tf_lstm_ops.keras import to_stock_keras
+
+    model, what = _tflite_source(to_stock_keras(_inference_model(layer_cls, case)), case)
+    try:
+        # from_keras_model, not a concrete function: it freezes the variables a Keras 3 loop
+        # reads (a concrete function's WHILE keeps READ_VARIABLE ops the interpreter cannot run).
+        # It exports a Keras 3 model through a SavedModel and prints where: kept off stdout,
+        # which may be --json -.
+        with contextlib.redirect_stdout(io.StringIO()):
+            content = tf.lite.TFLiteConverter.from_keras_model(model).convert()
+    except Exception as error:  # the converter's own failure is the row's skip note
+        raise Skip("TFLite conversion failed (%s: %s)" % (type(error).__name__,
+                                                          _first_line(error)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tf.lite.Interpreter's deprecation (for LiteRT's)
+        interpreter = tf.lite.Interpreter(model_content=content, num_threads=case.threads)
+    interpreter.allocate_tensors()
+    try:
+        ops = sorted({op["op_name"] for op in interpreter._get_ops_details()})
+    except AttributeError:  # a private method; an interpreter without it lists nothing
+        ops = None
+    fused = "UNIDIRECTIONAL_SEQUENCE_LSTM" if case.family == "lstm" else None
+    if ops is None:
+        case.notes.append("TFLite %s: converted from %s; its op list is not readable here"
+                          % (case.family, what))
+    elif fused in ops:
+        case.notes.append("TFLite %s: converted from %s, runs the builtin fused %s"
+                          % (case.family, what, fused))
+    else:
+        case.notes.append("TFLite %s: converted from %s, NOT fused: ops %s%s"
+                          % (case.family, what, ", ".join(ops),
+                             "" if fused else " (TFLite has no fused GRU)"))
+    x = case.array("x").transpose(1, 0, 2).copy()  # batch-major, like the Keras rows' x_bm
+    source = interpreter.get_input_details()[0]["index"]
+    target = interpreter.get_output_details()[0]["index"]
+
+    def infer():
+        interpreter.set_tensor(source, x)
+        interpreter.invoke()
+        return float(interpreter.get_tensor(target).reshape(-1)[0])
+
+    return {INFERENCE_PHASE: infer}
+
+
+def _torch_module(case):
+    """(torch, the case's torch.nn.LSTM / GRU in the case dtype, x [T, B, I] in that dtype)."""
     torch = case.torch
     if torch is None:
         raise Skip("torch not importable")
@@ -393,27 +529,44 @@ def build_torch(case):
     torch.manual_seed(0)
     cls = torch.nn.LSTM if case.family == "lstm" else torch.nn.GRU
     module = cls(case.I, case.H).to(dtype)  # time-major, like ours
+    return torch, module, torch.from_numpy(case.array("x")).to(dtype)
+
+
+def _torch_force(tensors):
+    """torch's _force: one element of every tensor, read back as a Python float."""
+    return float(sum(v.reshape(-1)[0].float() for v in tensors))
+
+
+def build_torch(case):
+    torch, module, x = _torch_module(case)
     params = list(module.parameters())
-    x = torch.from_numpy(case.array("x")).to(dtype).requires_grad_(True)
-    dy = torch.from_numpy(case.array("dy")).to(dtype)
+    x.requires_grad_(True)
+    dy = torch.from_numpy(case.array("dy")).to(x.dtype)
     inputs = [x] + params
 
-    def force(tensors):
-        return float(sum(v.reshape(-1)[0].float() for v in tensors))
-
     def fwd():
-        return force([module(x)[0]])
+        return _torch_force([module(x)[0]])
 
     def both():
         y = module(x)[0]
-        return force(torch.autograd.grad(y, inputs, dy))
+        return _torch_force(torch.autograd.grad(y, inputs, dy))
 
     saved = module(x)[0]
 
     def bwd():
-        return force(torch.autograd.grad(saved, inputs, dy, retain_graph=True))
+        return _torch_force(torch.autograd.grad(saved, inputs, dy, retain_graph=True))
 
     return {"fwd": fwd, "bwd": bwd, "fwd+bwd": both}
+
+
+def build_torch_inf(case):
+    torch, module, x = _torch_module(case)
+
+    def infer():
+        with torch.inference_mode():  # no autograd graph recorded, no version counters
+            return _torch_force([module(x)[0]])
+
+    return {INFERENCE_PHASE: infer}
 
 
 HALF_FLOAT = ("half", "float32")
@@ -428,6 +581,25 @@ def _hvp_contenders(family, op_name, layer_name):
                   build_ours_keras_hvp, ours=True, needs="ours_keras", opt_in=True),
         Contender("keras_hvp", family, "keras.layers.%s HVP" % layer_name, (HVP_PHASE,),
                   build_keras_hvp, opt_in=True),
+    )
+
+
+def _inference_contenders(family, op_name, layer_name):
+    """The --inference contenders of a family, each timing the forward with training=False:
+    CudnnRNNV3 (is_training=False), our layer and Keras' in a model with the same weights, TFLite
+    on our model's stock export, torch under inference_mode."""
+    inf = (INFERENCE_PHASE,)
+    return (
+        Contender("ours_cudnn_inf", family, op_name + " inference", inf, build_ours_cudnn_inf,
+                  ours=True, opt_in=True),
+        Contender("ours_keras_inf", family, "ours keras.%s inference" % layer_name, inf,
+                  build_ours_keras_inf, ours=True, needs="ours_keras", opt_in=True),
+        Contender("keras_inf", family, "keras.layers.%s inference" % layer_name, inf,
+                  build_keras_inf, opt_in=True),
+        Contender("tflite_inf", family, "TFLite %s (stock export)" % layer_name, inf,
+                  build_tflite_inf, dtypes=("float32",), needs="ours_keras", opt_in=True),
+        Contender("torch_inf", family, "torch.nn.%s inference_mode" % layer_name, inf,
+                  build_torch_inf, needs="torch", opt_in=True),
     )
 
 
@@ -455,6 +627,9 @@ CONTENDERS = (
     Contender("ours_block_hvp", "lstm", "ours BlockLSTMV2 HVP", (HVP_PHASE,), build_ours_block_hvp,
               ours=True, opt_in=True),
     *_hvp_contenders("lstm", "ours CudnnRNNV3", "LSTM"),
+    Contender("ours_block_inf", "lstm", "ours BlockLSTMV2 inference", (INFERENCE_PHASE,),
+              build_ours_block_inf, ours=True, opt_in=True),
+    *_inference_contenders("lstm", "ours CudnnRNNV3", "LSTM"),
     Contender("ours_cudnn", "gru", "ours CudnnRNNV3 gru", PHASES, build_ours_cudnn, ours=True),
     Contender("ours_keras", "gru", "ours keras.GRU", ("fwd", "fwd+bwd"), build_ours_keras,
               ours=True, needs="ours_keras"),
@@ -467,16 +642,22 @@ CONTENDERS = (
               build_keras_fallback),
     Contender("torch", "gru", "torch.nn.GRU", PHASES, build_torch, needs="torch"),
     *_hvp_contenders("gru", "ours CudnnRNNV3 gru", "GRU"),
+    *_inference_contenders("gru", "ours CudnnRNNV3 gru", "GRU"),
 )
 # What --hvp runs: one fwd+bwd step of ours (the unit of the goal) and the HVPs.
 HVP_CONTENDERS = ("ours_block", "ours_cudnn", "ours_keras", "ours_block_hvp", "ours_cudnn_hvp",
                   "ours_keras_hvp", "keras_hvp")
+# What --inference runs, and its baseline: how the alternatives compare with our layer.
+INFERENCE_CONTENDERS = ("ours_block_inf", "ours_cudnn_inf", "ours_keras_inf", "keras_inf",
+                        "tflite_inf", "torch_inf")
+INFERENCE_BASELINE = "ours_keras_inf"
 DEFAULT_BASELINE = {"lstm": "ours_block", "gru": "ours_cudnn"}
 CONTENDER_KEYS = tuple(dict.fromkeys(c.key for c in CONTENDERS))
 UNSUPPORTED_NOTES = {"tf_block": "TF registers BlockLSTMV2/GradV2 CPU kernels for half and float32"
                                  " only",
                      "tf_cell_loop": "TF registers LSTMBlockCell CPU kernels for half and float32"
-                                     " only"}
+                                     " only",
+                     "tflite_inf": "the TFLite contender converts float32 models only"}
 
 
 def contenders_for(family, keys):

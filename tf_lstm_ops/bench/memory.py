@@ -1,6 +1,6 @@
-"""--memory: the peak resident memory a fwd+bwd step adds, measured in a fresh subprocess
-(python -m tf_lstm_ops.bench --memory-worker) per case and contender; memory_worker is what runs
-there."""
+"""--memory: the peak resident memory a step (fwd+bwd, an HVP, an inference forward) adds,
+measured in a fresh subprocess (python -m tf_lstm_ops.bench --memory-worker) per case and
+contender; memory_worker is what runs there."""
 
 import gc
 import json
@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from tf_lstm_ops.bench._common import _first_line
-from tf_lstm_ops.bench.contenders import HVP_PHASE, Case, contenders_for
+from tf_lstm_ops.bench.contenders import STEP_PHASES, Case, contenders_for
 from tf_lstm_ops.bench.environment import import_torch, setup_threads
 
 # The --memory subprocess: TF's oneDNN builds allocate through a caching BFC allocator by default,
@@ -59,8 +59,9 @@ def memory_worker(spec):
 
 
 def memory_phase(contender):
-    """The phase whose peak memory --memory reports: fwd+bwd, or the HVP of an HVP contender."""
-    return "fwd+bwd" if "fwd+bwd" in contender.phases else HVP_PHASE
+    """The phase whose peak memory --memory reports: fwd+bwd, the HVP of an HVP contender, the
+    forward of an inference contender (None for one with none of them)."""
+    return next((p for p in STEP_PHASES if p in contender.phases), None)
 
 
 def _measures_memory(contender, dtype):
@@ -76,7 +77,7 @@ def measure_memory(family, dtype, shape, args, progress):
     # worker imports this same copy of the package.
     package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-    progress.say("%s %s (%s): peak memory of fwd+bwd or HVP (a subprocess per contender) ..."
+    progress.say("%s %s (%s): peak memory of a step (a subprocess per contender) ..."
                  % (family, dtype, ",".join(map(str, shape))))
     results, errors = {}, []
     for contender in contenders_for(family, args.contenders):

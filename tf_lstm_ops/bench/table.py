@@ -1,7 +1,7 @@
-"""The text table a run prints: a header on the machine and the sgemm peak, a block of rows per
-case, and the notes (skipped contenders included)."""
+"""The text table a run prints: a header on the machine, its FMA peak and the sgemm rate, a block
+of rows per case, and the notes (skipped contenders included)."""
 
-from tf_lstm_ops.bench.contenders import GATES, HVP_PHASE
+from tf_lstm_ops.bench.contenders import GATES, STEP_PHASES
 
 
 def _fmt(value, spec, missing="-"):
@@ -18,17 +18,27 @@ def format_table(report):
                     m["usable_cpus"], m["tf_intra_op_threads"],
                     ", torch threads %s" % m["torch_threads"] if m["torch_threads"] else "",
                     m.get("cpu_kernels_isa", "?")))
-    lines.append("sgemm peak: tf.matmul %dx%d float32 %.1f GFLOP/s (median of %d%s); %d repeats, "
-                 "%d warm-up; load average %s -> %s"
-                 % (sg["n"], sg["n"], sg["gflops"], len(sg["samples_ms"]),
-                    "" if sg.get("other_cpu_pct") is None
-                    else ", others used %.0f%% of the CPUs" % sg["other_cpu_pct"],
+    fma = report.get("fma_peak")
+    if fma:
+        lines.append("FMA peak (hardware, what %% peak divides by for every dtype): %.1f GFLOP/s "
+                     "float32, %s, %d thread(s) at once (per thread %s; %g s each%s)"
+                     % (fma["gflops"], fma["isa"], fma["threads"],
+                        ", ".join("%.1f" % v for v in fma["per_thread_gflops"]), fma["seconds"],
+                        _others(fma)))
+    else:
+        lines.append("FMA peak: not measured (see the notes); % peak is empty")
+    lines.append("sgemm (information): tf.matmul %dx%d float32 %.1f GFLOP/s%s (median of %d%s); "
+                 "%d repeats, %d warm-up; load average %s -> %s"
+                 % (sg["n"], sg["n"], sg["gflops"],
+                    ", %.0f%% of the FMA peak" % (100.0 * sg["gflops"] / fma["gflops"])
+                    if fma else "", len(sg["samples_ms"]), _others(sg),
                     report["config"]["repeats"], report["config"]["warmup"],
                     _load(m["load_average_start"]), _load(report.get("load_average_end"))))
     lines.append("tf.function call + read-back overhead: %.3f ms per sample (in every TF row)"
                  % m.get("tf_function_call_ms", float("nan")))
     lines.append("speedup = row median / baseline median, same phase (>1: the baseline, ours, is "
-                 "faster); GFLOP/s: GEMM FLOP only, bwd = 2x fwd, hvp = 2x fwd+bwd")
+                 "faster); GFLOP/s: GEMM FLOP only, bwd = 2x fwd, hvp = 2x fwd+bwd, inf = fwd; "
+                 "% peak = GFLOP/s / FMA peak")
     header = "%-30s %-7s %10s %10s %9s %7s %8s" % ("contender", "phase", "median ms", "min ms",
                                                    "GFLOP/s", "% peak", "speedup")
     if memory is not None:
@@ -58,10 +68,10 @@ def format_table(report):
             previous = r["contender"]
             line = "%-30s %-7s %10s %10s %9s %7s %8s" % (
                 name, r["phase"], _fmt(r["median_ms"], ".3f"), _fmt(r["min_ms"], ".3f"),
-                _gflops(r["gflops"]), _pct(r["pct_peak"]) + "%",
+                _gflops(r["gflops"]), _pct(r["pct_peak"]),
                 _fmt(r["speedup"], ".2f") + ("x" if r["speedup"] is not None else ""))
             if memory is not None:
-                peak = r.get("peak_mb") if r["phase"] in ("fwd+bwd", HVP_PHASE) else None
+                peak = r.get("peak_mb") if r["phase"] in STEP_PHASES else None
                 line += " %9s" % (_fmt(peak, ".1f") if not isinstance(peak, str) else "error")
             lines.append(line)
     notes = list(report["notes"]) + _skip_notes(report["skipped"])
@@ -90,7 +100,13 @@ def _skip_notes(skipped):
 
 
 def _pct(value):
-    return "-" if value is None else format(value, ".1f" if value >= 1 else ".2f")
+    return "-" if value is None else format(value, ".1f" if value >= 1 else ".2f") + "%"
+
+
+def _others(measured):
+    """", others used N% of the CPUs" for a measurement that recorded it."""
+    other = measured.get("other_cpu_pct")
+    return "" if other is None else ", others used %.0f%% of the CPUs" % other
 
 
 def _gflops(value):

@@ -1,9 +1,11 @@
-"""Timing: progress lines, the sgemm peak and the tf.function call overhead, the interleaved timed
-rounds of every (contender, phase) of a case, and each row's median, GFLOP/s and speedup."""
+"""Timing: progress lines, the FMA peak, the sgemm rate and the tf.function call overhead, the
+interleaved timed rounds of every (contender, phase) of a case, and each row's median, GFLOP/s,
+% of peak and speedup."""
 
 import gc
 import statistics
 import sys
+import threading
 import time
 
 from tf_lstm_ops.bench._common import _first_line, _force, _function
@@ -38,6 +40,39 @@ class Progress:
         if self.tty:
             sys.stderr.write("\r\033[K")
             sys.stderr.flush()
+
+
+def measure_fma_peak(threads, seconds, progress, notes):
+    """The machine's float32 FMA peak, the hardware limit "% peak" divides by: the library's
+    register-only FMA loop (_loader.fma_peak_gflops, the ISA build that runs) on `threads` Python
+    threads at once, about `seconds` each (ctypes releases the GIL), summed. None, with a note,
+    where the library predates the diagnostic."""
+    from tf_lstm_ops._loader import cpu_isa, fma_peak_gflops
+
+    progress.say("FMA peak: %d thread(s) x %.2f s ..." % (threads, seconds))
+    try:
+        fma_peak_gflops(0.001)
+    except AttributeError as error:
+        notes.append("FMA peak not measured (%s: an op library built before "
+                     "tf_lstm_ops_fma_peak_gflops): %% peak is left empty" % _first_line(error))
+        return None
+    values = [0.0] * threads
+    start_together = threading.Barrier(threads)
+
+    def measure(k):
+        fma_peak_gflops(0.01)  # brings this thread's core to its vector clock first
+        start_together.wait()
+        values[k] = fma_peak_gflops(seconds)
+
+    workers = [threading.Thread(target=measure, args=(k,)) for k in range(threads)]
+    before = cpu_snapshot()
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return {"gflops": sum(values), "per_thread_gflops": values, "threads": threads,
+            "seconds": seconds, "isa": cpu_isa(),
+            "other_cpu_pct": other_cpu_use(before, cpu_snapshot())}
 
 
 def measure_sgemm(n, repeats, progress):
@@ -147,7 +182,9 @@ def run_case(case, contenders, args, progress, skipped):
     return cells
 
 
-def results_of(case, cells, sgemm_gflops):
+def results_of(case, cells, peak_gflops, sgemm_gflops):
+    """The case's rows; pct_peak relative to the FMA peak (None where unmeasured), pct_sgemm to
+    the tf.matmul rate."""
     rows = []
     for cell in cells:
         median = statistics.median(cell.samples)
@@ -159,7 +196,8 @@ def results_of(case, cells, sgemm_gflops):
             "ours": cell.contender.ours, "phase": cell.phase,
             "median_ms": median, "min_ms": min(cell.samples), "samples_ms": cell.samples,
             "flop": case.flop(cell.phase), "gflops": gflops,
-            "pct_peak": 100.0 * gflops / sgemm_gflops,
+            "pct_peak": 100.0 * gflops / peak_gflops if peak_gflops else None,
+            "pct_sgemm": 100.0 * gflops / sgemm_gflops,
         })
     return rows
 
