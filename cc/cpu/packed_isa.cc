@@ -251,10 +251,15 @@ void TiledProduct(int64_t m, int64_t n, int64_t k, const A* a, int64_t lda, Colu
     const int last_lanes = static_cast<int>(cols - int64_t{vecs - 1} * kLanes);
     const A* b[kTileVecs];
     for (int v = 0; v < vecs; ++v) b[v] = column(c0 + int64_t{v} * kLanes);
-    for (int64_t r0 = 0; r0 < m; r0 += kTileRows) {
-      const int rows = static_cast<int>(std::min<int64_t>(kTileRows, m - r0));
+    // Row tiles as even as they can be (32 rows: 6, 6, 5, 5, 5, 5, not 6 x 5 + 2): a tile of
+    // few rows has too few independent FMA chains to hide the FMA latency (AVX2's 2 x 2 tile runs
+    // at half speed).
+    const int64_t tiles = (m + kTileRows - 1) / kTileRows;
+    for (int64_t t = 0, r0 = 0; t < tiles; ++t) {
+      const int rows = static_cast<int>((m - r0) / (tiles - t) + ((m - r0) % (tiles - t) != 0));
       kByRows[rows - 1](vecs, k, a + r0 * (kTransA ? 1 : lda), lda, b, ldb_row, accumulate,
                         c + r0 * ldc + c0, ldc, last_lanes, kWide ? wide + r0 * kWideLd : nullptr);
+      r0 += rows;
     }
   }
 }
