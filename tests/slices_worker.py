@@ -134,8 +134,36 @@ def cudnn_cases(rng):
                 close(k, R.to_np(got[k]), v, TOL[dtype], what)
 
 
+def keras_params_cases(rng):
+    """KerasToCudnnParams and back (the transposing copies of gemm::Transpose, per ISA build):
+    exact, at sizes with partial register blocks and at H = 256 (4 KiB Keras rows)."""
+    from tf_lstm_ops._loader import library
+
+    for mode, bias_rows in (("lstm", 1), ("gru", 2), ("rnn_tanh", 1)):
+        G = R.GATES[mode]
+        for I, H in ((37, 33), (64, 256)):
+            for dtype in ("float32", "float64"):
+                kernel = rng.standard_normal((I, G * H))
+                recurrent = rng.standard_normal((H, G * H))
+                bias = rng.standard_normal((G * H,) if bias_rows == 1 else (2, G * H))
+                cfg = R.Cfg(mode, 1, H, I)
+                expect = R.canonical_to_params(cfg, *R.keras_canonical(mode, kernel, recurrent,
+                                                                       bias))
+                params = library.op("KerasToCudnnParams")(
+                    kernel=R.to_tf(kernel, dtype), recurrent_kernel=R.to_tf(recurrent, dtype),
+                    bias=R.to_tf(bias, dtype), rnn_mode=mode)
+                what = "KerasToCudnnParams %s I=%d H=%d %s" % (mode, I, H, dtype)
+                close("params", R.to_np(params), R.round_to(expect, dtype), 0.0, what)
+                back = library.op("CudnnParamsToKeras")(
+                    params=params, rnn_mode=mode, input_size=I, num_units=H, bias_rows=bias_rows)
+                close("kernel", R.to_np(back[0]), R.round_to(kernel, dtype), 0.0, what + " back")
+                close("recurrent_kernel", R.to_np(back[1]), R.round_to(recurrent, dtype), 0.0,
+                      what + " back")
+
+
 print("ISA %s" % cpu_isa(), flush=True)
 rng = np.random.default_rng(int(sys.argv[1]))
 block_lstm_cases(rng)
 cudnn_cases(rng)
+keras_params_cases(rng)
 print("DONE %d" % checks, flush=True)

@@ -6,7 +6,8 @@ CudnnRNNV3 at H = 20..70 and B up to 130 against the float64 references,
 with 1 thread (one slice) and 3 threads (up to three slices per layer, or one per direction and
 one spare), in a fresh process each (the thread count is fixed when TensorFlow starts); and the
 same with the AVX-512 (without bf16 dot product), AVX2 and AVX builds of the GEMM blocks where the
-CPU has more."""
+CPU has more. Each process also checks the Keras weight conversions (whose transposes are built per
+ISA) exactly."""
 
 import os
 import subprocess

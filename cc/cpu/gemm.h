@@ -68,6 +68,13 @@ bool HasBf16Dot();
 void PackedBlockBf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                      const uint16_t* packed, bool accumulate, float* c, int64_t ldc);
 
+// dst[j·ld_dst + i] = src[i·ld_src + j] for i < rows, j < cols: a transposing copy (the Keras <->
+// cuDNN weight conversions of every Keras layer call), through 8 x 8 (double: 4 x 4) register
+// blocks where the build has AVX. A is float, double, or uint16_t (half and bfloat16 bits: a
+// plain loop).
+template <typename A>
+void Transpose(int64_t rows, int64_t cols, const A* src, int64_t ld_src, A* dst, int64_t ld_dst);
+
 // The float FMA rate of one core with the selected build (register-only independent FMAs), in
 // GFLOP/s, measured for about `seconds`: the benchmark's hardware peak.
 double FmaPeakGflops(double seconds);

@@ -22,6 +22,9 @@ namespace gemm {
   void FloatToBf16(const float* src, uint16_t* dst, int64_t n);                                  \
   void Bf16ToFloat(const uint16_t* src, float* dst, int64_t n);                                  \
   double FmaPeakGflops(double seconds);                                                          \
+  template <typename A>                                                                          \
+  void Transpose(int64_t rows, int64_t cols, const A* src, int64_t ld_src, A* dst,               \
+                 int64_t ld_dst);                                                                \
   }
 #if defined(__x86_64__)
 namespace avx512_bf16 {
@@ -150,6 +153,21 @@ void Bf16ToFloat(const uint16_t* src, float* dst, int64_t n) {
 }
 
 double FmaPeakGflops(double seconds) { TF_LSTM_ON_SELECTED_ISA(FmaPeakGflops(seconds)) }
+
+template <typename A>
+void Transpose(int64_t rows, int64_t cols, const A* src, int64_t ld_src, A* dst,
+               int64_t ld_dst) {
+  if constexpr (std::is_same_v<A, uint16_t>) {  // (16-bit values: a plain loop is enough)
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < cols; ++j) dst[j * ld_dst + i] = src[i * ld_src + j];
+    }
+  } else {
+    TF_LSTM_ON_SELECTED_ISA(Transpose(rows, cols, src, ld_src, dst, ld_dst))
+  }
+}
+template void Transpose<float>(int64_t, int64_t, const float*, int64_t, float*, int64_t);
+template void Transpose<double>(int64_t, int64_t, const double*, int64_t, double*, int64_t);
+template void Transpose<uint16_t>(int64_t, int64_t, const uint16_t*, int64_t, uint16_t*, int64_t);
 #undef TF_LSTM_ON_SELECTED_ISA
 
 namespace {

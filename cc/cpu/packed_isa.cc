@@ -17,8 +17,10 @@
 
 #include "cc/cpu/gemm.h"
 
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#if defined(__AVX__)
 #include <immintrin.h>
+#endif
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #define TF_LSTM_PACKED_SIMD 1
 #endif
 
@@ -543,6 +545,61 @@ void Bf16ToFloat(const uint16_t* src, float* dst, int64_t n) {
   }
 }
 
+namespace {
+#if defined(__AVX__)
+// One register block of Transpose: 8 rows of 8 floats, or 4 of 4 doubles.
+inline void TransposeBlock(const float* src, int64_t ld_src, float* dst, int64_t ld_dst) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * ld_src);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int h = 0; h < 8; h += 4) {  // 4 x 4 transposes within each 128-bit half
+    r[h] = _mm256_shuffle_ps(t[h], t[h + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[h + 1] = _mm256_shuffle_ps(t[h], t[h + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[h + 2] = _mm256_shuffle_ps(t[h + 1], t[h + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[h + 3] = _mm256_shuffle_ps(t[h + 1], t[h + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int j = 0; j < 4; ++j) {  // then the halves swapped between rows j and j + 4
+    _mm256_storeu_ps(dst + j * ld_dst, _mm256_permute2f128_ps(r[j], r[j + 4], 0x20));
+    _mm256_storeu_ps(dst + (j + 4) * ld_dst, _mm256_permute2f128_ps(r[j], r[j + 4], 0x31));
+  }
+}
+inline void TransposeBlock(const double* src, int64_t ld_src, double* dst, int64_t ld_dst) {
+  __m256d r[4];
+  for (int i = 0; i < 4; ++i) r[i] = _mm256_loadu_pd(src + i * ld_src);
+  const __m256d t0 = _mm256_unpacklo_pd(r[0], r[1]), t1 = _mm256_unpackhi_pd(r[0], r[1]);
+  const __m256d t2 = _mm256_unpacklo_pd(r[2], r[3]), t3 = _mm256_unpackhi_pd(r[2], r[3]);
+  _mm256_storeu_pd(dst, _mm256_permute2f128_pd(t0, t2, 0x20));
+  _mm256_storeu_pd(dst + ld_dst, _mm256_permute2f128_pd(t1, t3, 0x20));
+  _mm256_storeu_pd(dst + 2 * ld_dst, _mm256_permute2f128_pd(t0, t2, 0x31));
+  _mm256_storeu_pd(dst + 3 * ld_dst, _mm256_permute2f128_pd(t1, t3, 0x31));
+}
+#endif
+}  // namespace
+
+template <typename A>
+void Transpose(int64_t rows, int64_t cols, const A* src, int64_t ld_src, A* dst,
+               int64_t ld_dst) {
+  int64_t i0 = 0;
+#if defined(__AVX__)
+  constexpr int64_t kBlock = 32 / sizeof(A);  // one 256-bit register per row
+  for (; i0 + kBlock <= rows; i0 += kBlock) {
+    int64_t j0 = 0;
+    for (; j0 + kBlock <= cols; j0 += kBlock) {
+      TransposeBlock(src + i0 * ld_src + j0, ld_src, dst + j0 * ld_dst + i0, ld_dst);
+    }
+    for (int64_t j = j0; j < cols; ++j) {
+      for (int64_t i = i0; i < i0 + kBlock; ++i) dst[j * ld_dst + i] = src[i * ld_src + j];
+    }
+  }
+#endif
+  for (int64_t i = i0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) dst[j * ld_dst + i] = src[i * ld_src + j];
+  }
+}
+
 // The FMA peak of one core for this build: a loop of independent float FMAs on registers only
 // (no loads, no stores), so "% of peak" can mean the hardware's rate, not another library's
 // GEMM. kChains independent accumulators cover the FMA latency times the FMA ports (4 cycles x 2
@@ -603,6 +660,8 @@ template void PackedBlock<float>(int64_t, int64_t, int64_t, const float*, int64_
                                  bool, float*, int64_t);
 template void PackedBlock<double>(int64_t, int64_t, int64_t, const double*, int64_t,
                                   const double*, bool, double*, int64_t);
+template void Transpose<float>(int64_t, int64_t, const float*, int64_t, float*, int64_t);
+template void Transpose<double>(int64_t, int64_t, const double*, int64_t, double*, int64_t);
 template bool SlabbedBlock<float>(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t,
                                   const float*, int64_t, bool, float*, int64_t, bool);
 template bool SlabbedBlock<double>(bool, bool, int64_t, int64_t, int64_t, const double*, int64_t,

@@ -700,54 +700,43 @@ bool RnnBackward(const CPUDevice& device, const RnnModel& m, const RnnRun& run,
 namespace {
 
 // Copies every block between the Keras tensors and params (to params, or back when kToParams is
-// false); the row tiles of all blocks are one parallel loop. A tile goes through a local
-// kTile x kTile buffer: read along the source's contiguous axis, written along the
-// destination's, so every cache line is touched in one run. (Strided element copies instead
-// collide in the cache when the Keras row is a multiple of 4 KiB: an LSTM with H = 256.)
+// false); the row bands of all blocks are one parallel loop. A weight block is a transpose
+// (gemm::Transpose, register blocks: read along the source's contiguous axis, written along the
+// destination's), a bias block a plain copy.
 template <bool kToParams, typename T>
 void CopyKerasBlocks(const CPUDevice& d, RnnMode mode, int64_t input_size, int64_t num_units,
                      int bias_rows, std::conditional_t<kToParams, const T*, T*> const keras[3],
                      std::conditional_t<kToParams, T*, const T*> params) {
-  constexpr int64_t kTile = 32;
+  // half and bfloat16 move as their bits
+  using Bits = std::conditional_t<sizeof(T) == 2, uint16_t, T>;
+  constexpr int64_t kBand = 32;  // params rows per task
   KerasBlock blocks[kMaxKerasBlocks];
   const int n = KerasBlocks(mode, input_size, num_units, bias_rows, blocks);
-  int64_t first_tile[kMaxKerasBlocks + 1] = {0};
+  int64_t first_band[kMaxKerasBlocks + 1] = {0};
   for (int b = 0; b < n; ++b) {
-    first_tile[b + 1] = first_tile[b] + (blocks[b].rows + kTile - 1) / kTile;
+    first_band[b + 1] = first_band[b] + (blocks[b].rows + kBand - 1) / kBand;
   }
-  const double tile_bytes = 2.0 * sizeof(T) * kTile * std::max(input_size, num_units);
-  ParallelFor(d, first_tile[n], tile_bytes, tile_bytes / 4, [&](int64_t begin, int64_t end) {
-    T tile_buf[kTile][kTile];  // [column][row] of the tile
+  const double band_bytes = 2.0 * sizeof(T) * kBand * std::max(input_size, num_units);
+  ParallelFor(d, first_band[n], band_bytes, band_bytes / 8, [&](int64_t begin, int64_t end) {
     int b = 0;
-    for (int64_t tile = begin; tile < end; ++tile) {
-      while (tile >= first_tile[b + 1]) ++b;
+    for (int64_t band = begin; band < end; ++band) {
+      while (band >= first_band[b + 1]) ++b;
       const KerasBlock& k = blocks[b];
-      const auto keras_base = keras[static_cast<int>(k.operand)] + k.keras_offset;
-      const auto params_base = params + k.params_offset;
-      const int64_t r0 = (tile - first_tile[b]) * kTile, rn = std::min(k.rows - r0, kTile);
-      for (int64_t c0 = 0; c0 < k.cols; c0 += kTile) {
-        const int64_t cn = std::min(k.cols - c0, kTile);
-        const auto keras_tile = keras_base + r0 * k.keras_row_stride + c0 * k.keras_col_stride;
-        const auto params_tile = params_base + r0 * k.cols + c0;
+      const int64_t r0 = (band - first_band[b]) * kBand, rn = std::min(k.rows - r0, kBand);
+      auto* keras_band = reinterpret_cast<std::conditional_t<kToParams, const Bits*, Bits*>>(
+          keras[static_cast<int>(k.operand)] + k.keras_offset + r0 * k.keras_row_stride);
+      auto* params_band = reinterpret_cast<std::conditional_t<kToParams, Bits*, const Bits*>>(
+          params + k.params_offset + r0 * k.cols);
+      if (k.keras_row_stride == 0) {  // a bias row: its cols values in order
         if constexpr (kToParams) {
-          for (int64_t c = 0; c < cn; ++c) {
-            for (int64_t r = 0; r < rn; ++r) {
-              tile_buf[c][r] = keras_tile[r * k.keras_row_stride + c * k.keras_col_stride];
-            }
-          }
-          for (int64_t r = 0; r < rn; ++r) {
-            for (int64_t c = 0; c < cn; ++c) params_tile[r * k.cols + c] = tile_buf[c][r];
-          }
+          std::copy_n(keras_band, k.cols, params_band);
         } else {
-          for (int64_t r = 0; r < rn; ++r) {
-            for (int64_t c = 0; c < cn; ++c) tile_buf[c][r] = params_tile[r * k.cols + c];
-          }
-          for (int64_t c = 0; c < cn; ++c) {
-            for (int64_t r = 0; r < rn; ++r) {
-              keras_tile[r * k.keras_row_stride + c * k.keras_col_stride] = tile_buf[c][r];
-            }
-          }
+          std::copy_n(params_band, k.cols, keras_band);
         }
+      } else if constexpr (kToParams) {  // (weights: keras_row_stride 1) params = Kerasᵀ
+        gemm::Transpose(k.cols, rn, keras_band, k.keras_col_stride, params_band, k.cols);
+      } else {
+        gemm::Transpose(rn, k.cols, params_band, k.cols, keras_band, k.keras_col_stride);
       }
     }
   });
