@@ -12,6 +12,8 @@
 #   --no-venv         TF_LSTM_OPS_NO_VENV=1  use PYTHON as is (it must already have tensorflow)
 #   --skip-build      only set up the environment and write .tf_configure.bazelrc
 #   --skip-demo       do not run the demo
+#   --wheel           after the build, pack the library into dist/tf_lstm_ops-*.whl and check
+#                     its tags (tools/build_wheel.py; with --no-cuda: the CPU-only wheel)
 # CUDA (the GPU kernels; by default built whenever a CUDA toolkit is found):
 #   --cuda            TF_NEED_CUDA=1  require CUDA (fail if no usable toolkit is found)
 #   --no-cuda         TF_NEED_CUDA=0  CPU-only library, even where nvcc exists
@@ -38,6 +40,7 @@ CUDA_CAPS=${TF_CUDA_COMPUTE_CAPABILITIES:-80,90}
 CUDA_FROM_PIP=0
 BUILD=1
 DEMO=1
+WHEEL=0
 need_arg() { [[ $# -ge 2 && -n "$2" ]] || { echo "configure.sh: $1 needs a value (see --help)" >&2; exit 2; }; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -47,6 +50,7 @@ while [[ $# -gt 0 ]]; do
     --no-venv) NO_VENV=1; shift ;;
     --skip-build) BUILD=0; DEMO=0; shift ;;
     --skip-demo) DEMO=0; shift ;;
+    --wheel) WHEEL=1; shift ;;
     --cuda) NEED_CUDA=1; shift ;;
     --no-cuda) NEED_CUDA=0; shift ;;
     --cuda-home) need_arg "$@"; CUDA_DIR=$2; shift 2 ;;
@@ -60,6 +64,7 @@ case "$NEED_CUDA" in
   ""|0|1) ;;
   *) echo "configure.sh: TF_NEED_CUDA must be 1, 0 or unset, not '$NEED_CUDA'" >&2; exit 2 ;;
 esac
+[[ "$WHEEL" == 0 || "$BUILD" == 1 ]] || { echo "configure.sh: --wheel needs the build; it contradicts --skip-build" >&2; exit 2; }
 if [[ "$CUDA_FROM_PIP" == 1 ]]; then
   [[ "$NEED_CUDA" != 0 ]] || { echo "configure.sh: --cuda-from-pip contradicts --no-cuda / TF_NEED_CUDA=0" >&2; exit 2; }
   NEED_CUDA=1
@@ -228,6 +233,11 @@ say "TensorFlow $TF_FOUND (CXX11 ABI $ABI) at $TF_LIB; Bazel launcher: $BAZEL"
 say "building //:tf_lstm_ops/_lstm_ops.so"
 "$BAZEL" build //:tf_lstm_ops/_lstm_ops.so //:build_info
 say "built $(ls -l bazel-bin/tf_lstm_ops/_lstm_ops.so | awk '{print $5}') bytes: bazel-bin/tf_lstm_ops/_lstm_ops.so ($(if [[ -n "$CUDA_FOUND" ]]; then echo "CPU + GPU kernels, CUDA $CUDA_RELEASE"; else echo "CPU kernels only"; fi))"
+
+if [[ "$WHEEL" == 1 ]]; then
+  say "building the wheel (tools/build_wheel.py)"
+  "$VENV_PY" "$ROOT/tools/build_wheel.py"
+fi
 
 # --- 6. Demo ----------------------------------------------------------------------------------
 if [[ "$DEMO" == 1 ]]; then

@@ -103,3 +103,58 @@ def test_raw_namespace_lists_exactly_the_tf_raw_ops():
         assert hasattr(tf.raw_ops, name), name
     with pytest.raises(AttributeError):
         tf_lstm_ops.raw.BlockLSTMFullGrad  # ours, not a tf.raw_ops name
+
+
+# --- what a wheel user is told (no checkout, so no ./configure.sh) ---------------------------
+
+def test_checkout_is_told_apart_from_an_installed_wheel(monkeypatch, tmp_path):
+    assert _loader.checkout_root() == REPO_ROOT
+    assert _loader.checkout_root(_loader.find_library()) == REPO_ROOT
+    site = tmp_path / "site-packages"
+    (site / "tf_lstm_ops").mkdir(parents=True)
+    monkeypatch.setattr(_loader, "_REPO_ROOT", str(site))
+    assert _loader.checkout_root(str(site / "tf_lstm_ops" / "_lstm_ops.so")) is None
+    repo = tmp_path / "repo"
+    (repo / "bazel-bin" / "tf_lstm_ops").mkdir(parents=True)
+    (repo / "configure.sh").write_text("")
+    in_bazel_bin = repo / "bazel-bin" / "tf_lstm_ops" / "_lstm_ops.so"
+    assert _loader.checkout_root(str(in_bazel_bin)) == str(repo)
+
+
+def test_wheel_user_with_another_tensorflow_minor_is_told_what_to_pip_install(monkeypatch):
+    monkeypatch.delenv("TF_LSTM_OPS_SKIP_VERSION_CHECK", raising=False)
+    monkeypatch.setattr(_loader, "checkout_root", lambda library_path=None: None)
+    monkeypatch.setattr(_loader, "_installed_tensorflow", lambda: "tensorflow-cpu")
+    with pytest.raises(ImportError) as info:
+        _loader.check_version("2.21.0", "2.20.1", "/site-packages/tf_lstm_ops/_lstm_ops.so")
+    message = str(info.value)
+    assert 'pip install "tensorflow-cpu==2.21.*"' in message, message
+    assert 'pip install "tensorflow[and-cuda]==2.21.*"' in message, message
+    assert "configure.sh" not in message
+    monkeypatch.setattr(_loader, "_installed_tensorflow", lambda: "tensorflow")
+    with pytest.raises(ImportError, match=r'pip install "tensorflow==2\.21\.\*"'):
+        _loader.check_version("2.21.0", "2.22.0", "/site-packages/tf_lstm_ops/_lstm_ops.so")
+
+
+def test_wheel_user_without_tensorflow_is_told_both_pip_commands(monkeypatch):
+    monkeypatch.setitem(sys.modules, "tensorflow", None)  # `import tensorflow` fails
+    with pytest.raises(ImportError) as info:
+        _loader.require_tensorflow()
+    message = str(info.value)
+    minor = ".".join(tf.__version__.split(".")[:2])
+    for command in ('pip install "tf_lstm_ops[cpu]"', 'pip install "tf_lstm_ops[and-cuda]"',
+                    'pip install "tensorflow-cpu==%s.*"' % minor):
+        assert command in message, message
+    assert "./configure.sh" in message  # run from this checkout
+    monkeypatch.setattr(_loader, "checkout_root", lambda library_path=None: None)
+    with pytest.raises(ImportError) as info:
+        _loader.require_tensorflow()
+    assert "configure.sh" not in str(info.value)
+
+
+def test_wheel_user_without_the_library_is_told_to_reinstall(monkeypatch, tmp_path):
+    monkeypatch.setenv("TF_LSTM_OPS_LIBRARY", str(tmp_path / "missing.so"))
+    monkeypatch.setattr(_loader, "checkout_root", lambda library_path=None: None)
+    with pytest.raises(ImportError, match="reinstall the wheel") as info:
+        _loader.find_library()
+    assert "configure.sh" not in str(info.value)

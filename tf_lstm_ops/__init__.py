@@ -10,10 +10,14 @@ gradients: the CPU kernels for TF's own CudnnRNN op names exist from then on, so
 SavedModels that contain them run on CPU.
 """
 
-from tf_lstm_ops import _gradients  # noqa: F401  (registers the gradients, once)
-from tf_lstm_ops import raw
-from tf_lstm_ops._loader import library as _library
-from tf_lstm_ops.ops import LSTMOutputs, block_lstm, lstm_block_cell
+from tf_lstm_ops._loader import require_tensorflow as _require_tensorflow
+
+_require_tensorflow()  # without TensorFlow: an ImportError naming the pip commands
+
+from tf_lstm_ops import _gradients  # noqa: E402, F401  (registers the gradients, once)
+from tf_lstm_ops import raw  # noqa: E402
+from tf_lstm_ops._loader import library as _library  # noqa: E402
+from tf_lstm_ops.ops import LSTMOutputs, block_lstm, lstm_block_cell  # noqa: E402
 
 __version__ = "0.1.0"
 

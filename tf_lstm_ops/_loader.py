@@ -2,7 +2,8 @@
 
 Search order: $TF_LSTM_OPS_LIBRARY, the package directory (an installed wheel), then the
 repository's bazel-bin (a source checkout after ./configure.sh). Every failure is an ImportError
-that says what was found, what was expected and how to fix it.
+that says what was found, what was expected and how to fix it: with `pip install ...` for a wheel
+user, with ./configure.sh only when running from a checkout (checkout_root()).
 """
 
 import ctypes
@@ -51,6 +52,88 @@ OP_NAMES = (
 _REBUILD_HINT = "rebuild it with ./configure.sh (or: bazel build //:tf_lstm_ops/_lstm_ops.so)"
 
 
+def checkout_root(library_path=None):
+    """The repository root when tf_lstm_ops runs from a source checkout (the package's parent, or
+    the directory holding the library's bazel-bin, has configure.sh), else None: an installed
+    wheel, whose users have no ./configure.sh to run."""
+    candidates = [_REPO_ROOT]
+    if library_path:
+        parts = os.path.abspath(library_path).split(os.sep)
+        if "bazel-bin" in parts:
+            candidates.append(os.sep.join(parts[: parts.index("bazel-bin")]) or os.sep)
+    for root in candidates:
+        if os.path.isfile(os.path.join(root, "configure.sh")):
+            return root
+    return None
+
+
+def _installed_tensorflow():
+    """The installed TensorFlow distribution's name ("tensorflow-cpu", "tensorflow", ...), or
+    None; asked of the package metadata, without importing TensorFlow."""
+    from importlib import metadata
+
+    for name in ("tensorflow-cpu", "tensorflow", "tensorflow-intel", "tf-nightly",
+                 "tf-nightly-cpu"):
+        try:
+            metadata.version(name)
+            return name
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def pip_hint(tf_minor, installed=None):
+    """How a wheel user gets a TensorFlow the library loads into: the pip commands."""
+    package = "tensorflow" if installed in ("tensorflow", "tensorflow-intel", "tf-nightly") else (
+        "tensorflow-cpu")
+    return (
+        'install the TensorFlow it was built for: pip install "%s==%s.*" (for NVIDIA GPUs: '
+        'pip install "tensorflow[and-cuda]==%s.*"), or a tf_lstm_ops wheel built for your '
+        "TensorFlow (its version names the TensorFlow minor: +tf<major>.<minor>)"
+        % (package, tf_minor, tf_minor))
+
+
+def _fix_hint(library_path, built_version):
+    """What to do when the library does not fit the running TensorFlow: rebuild (a checkout) or
+    install the TensorFlow minor it was built for (a wheel)."""
+    if checkout_root(library_path) is not None or built_version is None:
+        return _REBUILD_HINT
+    return pip_hint(".".join(built_version.split(".")[:2]), _installed_tensorflow())
+
+
+def require_tensorflow():
+    """Imports TensorFlow, or raises an ImportError naming the pip commands that install the
+    TensorFlow the library was built for (tf_lstm_ops' wheel does not require TensorFlow: its
+    extras [cpu] and [and-cuda] pick the CPU or the GPU build)."""
+    try:
+        import tensorflow  # noqa: F401
+    except ModuleNotFoundError as e:
+        if e.name != "tensorflow":
+            raise
+        info = None
+        try:
+            library_path = find_library()
+            info = read_build_info(library_path)
+        except ImportError:
+            library_path = None
+        if info is not None:
+            minor = ".".join(info.TF_VERSION.split(".")[:2])
+            needs = "TensorFlow %s (the op library was built against %s)" % (minor, info.TF_VERSION)
+            pin = "==%s.*" % minor
+        else:
+            needs, pin = "TensorFlow", ""
+        message = (
+            "tf_lstm_ops needs %s, which is not installed. Install it with the package's extra:\n"
+            '  pip install "tf_lstm_ops[cpu]"        # tensorflow-cpu%s\n'
+            '  pip install "tf_lstm_ops[and-cuda]"   # tensorflow[and-cuda]%s, for NVIDIA GPUs\n'
+            'or directly: pip install "tensorflow-cpu%s".'
+            % (needs, pin, pin, pin))
+        root = checkout_root(library_path)
+        if root is not None:
+            message += " In the source checkout %s, ./configure.sh sets up .venv with it." % root
+        raise ImportError(message) from e
+
+
 def candidate_paths():
     """Where the library may be, in the order searched ($TF_LSTM_OPS_LIBRARY alone if set)."""
     if os.environ.get("TF_LSTM_OPS_LIBRARY"):
@@ -65,10 +148,16 @@ def find_library():
     for path in candidate_paths():
         if os.path.isfile(path):
             return path
+    if checkout_root() is not None:
+        fix = ("Build it from the repository root with ./configure.sh (sets up .venv and runs "
+               "bazel build).")
+    else:
+        fix = ("The installed package is incomplete: reinstall the wheel "
+               '(pip install --force-reinstall "tf_lstm_ops[cpu]"), or unset '
+               "TF_LSTM_OPS_LIBRARY if it points to the wrong file.")
     raise ImportError(
-        "tf_lstm_ops: the op library %s was not found; looked in:\n  %s\nBuild it from the "
-        "repository root with ./configure.sh (sets up .venv and runs bazel build)."
-        % (_LIBRARY_NAME, "\n  ".join(candidate_paths()))
+        "tf_lstm_ops: the op library %s was not found; looked in:\n  %s\n%s"
+        % (_LIBRARY_NAME, "\n  ".join(candidate_paths()), fix)
     )
 
 
@@ -103,7 +192,7 @@ def _major_minor(version):
     return tuple(version.split(".")[:2])
 
 
-def check_version(built_version, running_version):
+def check_version(built_version, running_version, library_path=None):
     """Raises ImportError when the library was built for another TF major.minor (ABI changes)."""
     if os.environ.get("TF_LSTM_OPS_SKIP_VERSION_CHECK") == "1":
         return
@@ -112,7 +201,7 @@ def check_version(built_version, running_version):
             "tf_lstm_ops: the op library was built against TensorFlow %s but TensorFlow %s is "
             "running; TensorFlow's C++ ABI changes between minor versions, so %s. "
             "(TF_LSTM_OPS_SKIP_VERSION_CHECK=1 skips this check at your own risk.)"
-            % (built_version, running_version, _REBUILD_HINT)
+            % (built_version, running_version, _fix_hint(library_path, built_version))
         )
 
 
@@ -121,7 +210,7 @@ def load(tf):
     path = find_library()
     info = read_build_info(path)
     if info is not None:
-        check_version(info.TF_VERSION, tf.__version__)
+        check_version(info.TF_VERSION, tf.__version__, path)
     try:
         module = tf.load_op_library(path)
     except tf.errors.NotFoundError as e:
@@ -134,14 +223,18 @@ def load(tf):
             raise ImportError(
                 "tf_lstm_ops: %s was built against %s and does not link with the running "
                 "TensorFlow %s (CXX11 ABI %d): %s; %s."
-                % (path, built, tf.__version__, tf.sysconfig.CXX11_ABI_FLAG, e, _REBUILD_HINT)
+                % (path, built, tf.__version__, tf.sysconfig.CXX11_ABI_FLAG, e,
+                   _fix_hint(path, info.TF_VERSION if info is not None else None))
             ) from e
         raise ImportError("tf_lstm_ops: loading %s failed: %s" % (path, e)) from e
     missing = [name for name in OP_NAMES if not hasattr(module, python_op_name(name))]
     if missing:
         raise ImportError(
             "tf_lstm_ops: %s loaded but does not define the ops %s; %s."
-            % (path, ", ".join(missing), _REBUILD_HINT)
+            % (path, ", ".join(missing),
+               _REBUILD_HINT if checkout_root(path) is not None else
+               'reinstall the wheel (pip install --force-reinstall "tf_lstm_ops[cpu]"), or unset '
+               "TF_LSTM_OPS_LIBRARY if it points to another library")
         )
     return module
 
