@@ -19,7 +19,10 @@ enum class Sum { kPlain, kLong };
 
 // C[m,n] = op(A)·op(B) (+ C when accumulate). op(A) is [m,k]: A is stored row-major [m,k] with
 // leading dimension lda, or [k,m] when trans_a; likewise op(B) is [k,n], stored [n,k] when
-// trans_b. C is row-major with leading dimension ldc. Requires m, n, k > 0.
+// trans_b. C is row-major with leading dimension ldc. Requires m, n, k > 0. Products of at most
+// kDotMaxRows rows with trans_b (and not trans_a) read B in place as dot products (where the
+// build has AVX2 or AVX-512); other small products copy slabs of a transposed B.
+constexpr int kDotMaxRows = 3;
 template <typename A>
 void Block(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const A* a, int64_t lda,
            const A* b, int64_t ldb, bool accumulate, A* c, int64_t ldc, Sum sum = Sum::kPlain);

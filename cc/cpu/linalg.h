@@ -298,8 +298,9 @@ inline std::vector<int64_t> UnitSlices(int64_t width, int64_t max_slices) {
 // At most this many rows per step (the batch), a time loop multiplies its recurrent weights where
 // they are stored instead of packing them (SlicePacking(..., PackFor(rows))): each weight is then
 // used once or twice per step, and packing them (a copy of all weights per call, a transpose for
-// cuDNN's layout) costs more than it saves, the main cost of a call at T = B = 1.
-constexpr int64_t kUnpackedMaxRows = 3;
+// cuDNN's layout) costs more than it saves, the main cost of a call at T = B = 1. (Not above
+// gemm::kDotMaxRows: a transposed operand of more rows would be copied by every product.)
+constexpr int64_t kUnpackedMaxRows = gemm::kDotMaxRows;
 inline bool PackFor(int64_t rows_per_step) { return rows_per_step > kUnpackedMaxRows; }
 
 // A time loop's recurrent weights packed once per unit slice for gemm::PackedBlock (or, as bf16
@@ -319,7 +320,6 @@ class SlicePacking {
     for (size_t u = 0; u + 1 < bounds_.size(); ++u) col0_[u + 1] = col0_[u] + gates * gate_cols(u);
   }
   const std::vector<int64_t>& bounds() const { return bounds_; }
-  bool packed() const { return packed_; }
   int slices() const { return static_cast<int>(bounds_.size()) - 1; }
   int64_t gate_cols(size_t u) const { return gemm::PaddedCols(bounds_[u + 1] - bounds_[u]); }
   // Slice u's first column in the row of all slices' padded outputs, and that row's width.

@@ -281,7 +281,8 @@ void PackedBlockSimd(int64_t m, int64_t n, int64_t k, const A* a, int64_t lda, c
 // which costs more than the product itself when each value of B is used once or twice. Each
 // output is summed in kLanes interleaved FMA chains over k, added in a fixed order: deterministic
 // and independent of how callers split m or n (but not the same rounding as the tiles' one chain).
-constexpr int kDotMaxRows = 3;  // 3 rows x 4 columns of accumulators fit AVX2's 16 registers
+static_assert(kDotMaxRows == 3,  // gemm.h; DotBlockSimd's cases below are written for it
+              "3 rows x 4 columns of accumulators fit AVX2's 16 registers");
 constexpr int kDotCols = 4;
 
 template <typename A, int kRows, int kCols>

@@ -18,8 +18,6 @@ import tensorflow as tf
 from tf_lstm_ops._loader import OP_NAMESPACE, library
 
 _RNN_ATTRS = ("rnn_mode", "input_mode", "direction", "dropout", "seed", "seed2")
-
-
 _FORWARD_OPS = {1: "CudnnRNN", 2: "CudnnRNNV2", 3: "CudnnRNNV3"}
 
 
