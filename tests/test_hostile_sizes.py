@@ -45,6 +45,29 @@ SLOW_CASES = {
                      sequence_lengths=tf.constant([2], tf.int32), is_training=False)
             assert out.output.shape == (2, 1, 0)
     """,
+    # The same model with 2^38 layers: outputs without elements need no work at all, whatever
+    # the layer count (forward, inference and training; backprop; the dropout masks' report).
+    "zero_width_2e38_layers": """
+        from tf_lstm_ops._loader import library
+        h = tf.zeros([2**38, 1, 0])
+        for mode in ("lstm", "gru", "rnn_tanh"):
+            c = h if mode == "lstm" else tf.zeros([0])
+            args = dict(input=tf.ones([3, 1, 2]), input_h=h, input_c=c, params=tf.zeros([0]),
+                        sequence_lengths=i32([3]), rnn_mode=mode, dropout=0.5, seed=1, seed2=2)
+            out = tf_lstm_ops.raw.CudnnRNNV3(is_training=False, **args)
+            assert out.output.shape == (3, 1, 0) and out.output_h.shape == h.shape
+            out = tf_lstm_ops.raw.CudnnRNNV3(is_training=True, **args)
+            grads = library.op("CudnnRNNBackpropV3")(
+                output=out.output, output_h=out.output_h, output_c=out.output_c,
+                output_backprop=out.output, output_h_backprop=h, output_c_backprop=c,
+                reserve_space=out.reserve_space, host_reserved=out.host_reserved, **args)
+            assert grads.input_backprop.shape == (3, 1, 2)
+            assert not np.any(grads.input_backprop.numpy())
+            kept = library.op("CudnnRNNDropoutKept")(reserve_space=out.reserve_space, **{
+                k: v for k, v in args.items() if k not in ("dropout", "seed", "seed2")},
+                dropout=0.5, seed=1, seed2=2)
+            assert kept.shape == (2**38 - 1, 3, 1, 0)
+    """,
     # An invalid params length with an empty batch and 2^60 layers: the size is a closed form.
     "params_check_2e60_layers": """
         invalid(lambda: tf_lstm_ops.raw.CudnnRNNV3(

@@ -26,6 +26,14 @@ struct RnnRun {
   bool keeps_gates = true;
 };
 
+// Whether a run computes nothing: no steps, no rows, or zero-width states (num_units 0: no layer
+// changes anything, whatever the layer count). Outputs then hold no elements, the final states
+// are the initial ones and every other gradient is zero; the engines return at once, so the work
+// stays proportional to the inputs and outputs (docs/validation.md), never to num_layers.
+inline bool RnnRunsNothing(const RnnModel& m, const RnnRun& run) {
+  return run.time == 0 || run.batch == 0 || m.num_units == 0;
+}
+
 // Inverted dropout on the inputs of layers 1..L-1, from a counter-based RNG: the mask of
 // element k is a pure function of (seed, call, layer, k).
 struct RnnDropout {

@@ -291,12 +291,12 @@ bool ForwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const 
   if (!scratch.counting()) {
     const RnnReserveHeader header = MakeReserveHeader(m, run, dropout, sizeof(T), sizeof(A));
     std::memcpy(workspace, &header, sizeof(header));
-    if (T_ == 0 || B == 0) {  // nothing runs: the final state is the initial state
+    if (RnnRunsNothing(m, run)) {  // the final state is the initial state
       Convert(d, input_h, output_h, LD * B * Hr);
       if (lstm) Convert(d, input_c, output_c, LD * B * H);
     }
   }
-  if (T_ == 0 || B == 0) return true;
+  if (RnnRunsNothing(m, run)) return true;
   std::vector<int64_t> len(B, T_);
   if (run.seq_lengths != nullptr) {
     for (int64_t b = 0; b < B; ++b) len[b] = run.seq_lengths[b];
@@ -562,11 +562,12 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const
   const int64_t LD = m.num_pseudo_layers(), D = m.num_dirs, G = m.gate_width();
   const bool lstm = m.mode == RnnMode::kLstm, gru = m.mode == RnnMode::kGru;
   const int64_t n_params = CheckedParamsSize(m);
-  if (T_ == 0 || B == 0) {  // nothing ran: state gradients pass through, the rest is zero
+  if (RnnRunsNothing(m, run)) {  // state gradients pass through, the rest is zero
     if (!scratch.counting()) {
       Convert(d, output_h_backprop, input_h_backprop, LD * B * Hr);
       if (lstm) Convert(d, output_c_backprop, input_c_backprop, LD * B * H);
       Fill(d, params_backprop, n_params, T(0));
+      Fill(d, input_backprop, T_ * B * m.input_size, T(0));
     }
     return true;
   }

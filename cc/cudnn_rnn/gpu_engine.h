@@ -907,7 +907,7 @@ struct RnnEngine {
     std::memcpy(words, &header, sizeof(header));
     TF_LSTM_GPU_RETURN_IF_ERROR(Upload(be, words, reinterpret_cast<uint64_t*>(workspace),
                                        static_cast<int64_t>(sizeof(words) / sizeof(words[0]))));
-    if (T_ == 0 || B == 0) {  // nothing runs: the final state is the initial state
+    if (RnnRunsNothing(m, run)) {  // the final state is the initial state
       TF_LSTM_GPU_RETURN_IF_ERROR(Convert(be, input_h, output_h, LD * B * Hr));
       if (lstm) TF_LSTM_GPU_RETURN_IF_ERROR(Convert(be, input_c, output_c, LD * B * H));
       return cudaSuccess;
@@ -1094,12 +1094,13 @@ struct RnnEngine {
                         s.flag};
     TF_LSTM_GPU_RETURN_IF_ERROR(be.ForEach(1, check));
 
-    if (T_ == 0 || B == 0) {  // nothing ran: state gradients pass through, the rest is zero
+    if (RnnRunsNothing(m, run)) {  // state gradients pass through, the rest is zero
       TF_LSTM_GPU_RETURN_IF_ERROR(Convert(be, output_h_backprop, input_h_backprop, LD * B * Hr));
       if (lstm) {
         TF_LSTM_GPU_RETURN_IF_ERROR(Convert(be, output_c_backprop, input_c_backprop, LD * B * H));
       }
       TF_LSTM_GPU_RETURN_IF_ERROR(Fill(be, params_backprop, n_params, Cast<T>(0.0f)));
+      TF_LSTM_GPU_RETURN_IF_ERROR(Fill(be, input_backprop, T_ * B * m.input_size, Cast<T>(0.0f)));
     } else {
       TF_LSTM_GPU_RETURN_IF_ERROR(UploadLengths(be, run, s.len));
       const WorkspaceLayout lay(m, run, expected.dropout != 0);

@@ -447,7 +447,8 @@ class CudnnRNNDropoutKeptOp : public OpKernel {
                                             m.num_dirs * m.output_width()}),
                             &kept));
     bool* out = kept->flat<bool>().data();
-    if (expected.dropout == 0) {
+    // No dropout, or nothing to report (zero-width layers: no loop over num_layers then).
+    if (expected.dropout == 0 || kept->NumElements() == 0) {
       std::fill(out, out + kept->NumElements(), true);
       return;
     }
