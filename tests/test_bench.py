@@ -41,11 +41,13 @@ EXPECTED = {  # contender -> phases, per family (torch is blocked below)
         "tf_block": ("fwd", "bwd", "fwd+bwd"),
         "tf_cell_loop": ("fwd",),
         "keras": ("fwd", "fwd+bwd"),
+        "keras_mask": ("fwd", "fwd+bwd"),
         "keras_fallback": ("fwd", "fwd+bwd"),
     },
     "gru": {
         "ours_cudnn": ("fwd", "bwd", "fwd+bwd"),
         "keras": ("fwd", "fwd+bwd"),
+        "keras_mask": ("fwd", "fwd+bwd"),
         "keras_fallback": ("fwd", "fwd+bwd"),
     },
 }

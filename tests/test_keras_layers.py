@@ -144,13 +144,15 @@ def test_inference_calls_keep_nothing_and_are_still_differentiable(rng, kind):
         np.testing.assert_array_equal(np.asarray(graph), np.asarray(eager))
 
 
+@pytest.mark.parametrize("pattern", ["post", "pre", "holes", "last_step_masked"])
 @pytest.mark.parametrize("zero_output_for_mask", [False, True])
 @pytest.mark.parametrize("go_backwards", [False, True])
 @pytest.mark.parametrize("kind", ["lstm", "gru", "rnn_tanh"])
 def test_last_output_and_zero_output_for_mask_equal_keras(rng, kind, go_backwards,
-                                                         zero_output_for_mask):
+                                                         zero_output_for_mask, pattern):
     """return_sequences=False (and =True with zero_output_for_mask) under a mask, zero initial
     state: the same last output (0 for a fully masked example) and gradients as Keras."""
+    mask = mask_patterns(rng)[pattern]
     for return_sequences in (False, True):
         ours, theirs = make_pair(kind, return_sequences=return_sequences,
                                  go_backwards=go_backwards,
@@ -158,8 +160,8 @@ def test_last_output_and_zero_output_for_mask_equal_keras(rng, kind, go_backward
         same_random_weights(rng, [ours, theirs], (B, T, I))
         x = rng.uniform(-1, 1, (B, T, I)).astype(np.float32)
         cot = cotangents_for(rng, [(B, T, H) if return_sequences else (B, H)])
-        outs, grads = run_with_grads(ours, x, None, right_padded(LENS), cot)
-        outs_k, grads_k = run_with_grads(theirs, x, None, right_padded(LENS), cot)
+        outs, grads = run_with_grads(ours, x, None, mask, cot)
+        outs_k, grads_k = run_with_grads(theirs, x, None, mask, cot)
         assert_all_close(outs, outs_k, what="output rs=%s" % return_sequences)
         assert_all_close(grads, grads_k, what="gradient rs=%s" % return_sequences)
 
@@ -199,14 +201,22 @@ def test_input_dropout_equals_keras_with_same_seed(rng, kind):
 
 @pytest.mark.parametrize("kind", ["lstm", "gru"])
 def test_stateful_equals_keras(rng, kind):
+    """Eagerly, and with a pre-padded mask in a graph."""
     ours, theirs = make_pair(kind, stateful=True, return_sequences=True)
     same_random_weights(rng, [ours, theirs], (B, T, I))
-    for step in range(3):
+    mask = tf.constant(mask_patterns(rng)["pre"])
+    graph_ours = tf.function(lambda x: ours(x, mask=mask))
+    graph_theirs = tf.function(lambda x: theirs(x, mask=mask))
+    for step in range(5):
         if step == 2:
             ours.reset_state()
             theirs.reset_state()
         x = rng.uniform(-1, 1, (B, T, I)).astype(np.float32)
-        np.testing.assert_allclose(np.asarray(ours(x)), np.asarray(theirs(x)), atol=ATOL)
+        if step < 3:
+            np.testing.assert_allclose(np.asarray(ours(x)), np.asarray(theirs(x)), atol=ATOL)
+        else:
+            np.testing.assert_allclose(np.asarray(graph_ours(x)), np.asarray(graph_theirs(x)),
+                                       atol=ATOL)
     for s_ours, s_theirs in zip(ours.states, theirs.states):
         np.testing.assert_allclose(np.asarray(s_ours), np.asarray(s_theirs), atol=ATOL)
 
@@ -237,59 +247,105 @@ def test_masking_layer_in_a_model_equals_keras(rng):
     assert_all_close(ours.get_weights(), theirs.get_weights(), atol=1e-5, what="weight")
 
 
-def not_right_padded():
-    hole = right_padded(LENS)
+def mask_patterns(rng):
+    """Step masks of every pattern, [B, T] with B = 3: what pad_sequences gives by default
+    (padding="pre"), holes, a random one, and all-masked rows and batches."""
+    post = right_padded(LENS)
+    hole = post.copy()
     hole[0, 2] = False  # a masked step inside a sequence
-    return {"hole": hole, "left": right_padded(LENS)[:, ::-1].copy()}  # left padding
+    holes = np.array([[1, 0, 1, 0, 1], [0, 1, 1, 0, 0], [0, 0, 0, 0, 1]], bool)
+    return {
+        "post": post,
+        "pre": post[:, ::-1].copy(),
+        "hole": hole,
+        "holes": holes,
+        "random": rng.uniform(size=(B, T)) < 0.5,
+        "none_valid": np.zeros((B, T), bool),
+        "last_step_masked": np.array([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1], [0, 1, 1, 1, 0]], bool),
+    }
+
+
+def _graph_op_types(fn, *args):
+    return {op.type for op in fn.get_concrete_function(*args).graph.get_operations()}
 
 
 @pytest.mark.parametrize("graph", [False, True])
-@pytest.mark.parametrize("padding", ["hole", "left"])
-@pytest.mark.parametrize("kind", ["lstm", "gru", "rnn_tanh"])
-def test_mask_not_right_padded_runs_keras_loop(rng, caplog, kind, padding, graph):
-    """Right-padding is a property of the batch: such a batch runs Keras' loop (the same
-    outputs and gradients as Keras), decided at run time, also inside tf.function."""
-    mask = not_right_padded()[padding]
-    for return_sequences in (True, False):
-        ours, theirs = make_pair(kind, return_sequences=return_sequences)
+@pytest.mark.parametrize("pattern", ["post", "pre", "hole", "holes", "random", "none_valid",
+                                     "last_step_masked"])
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_every_mask_pattern_runs_the_kernel_and_equals_keras(rng, caplog, kind, pattern, graph):
+    """A step mask of any pattern runs the fused op, eagerly and in a tf.function traced for
+    unknown shapes: outputs (Keras carries the last output over masked steps, zeros before the
+    first valid one), last output, final states and every gradient equal Keras', forwards and
+    with go_backwards. No Keras loop (no While) and no conditional are in the graph."""
+    mask = mask_patterns(rng)[pattern]
+    for return_sequences, go_backwards in ((True, False), (True, True), (False, False)):
+        ours, theirs = make_pair(kind, return_sequences=return_sequences, return_state=True,
+                                 go_backwards=go_backwards)
         same_random_weights(rng, [ours, theirs], (B, T, I))
         x = rng.uniform(-1, 1, (B, T, I)).astype(np.float32)
-        cot = cotangents_for(rng, [(B, T, H) if return_sequences else (B, H)])
+        init = [rng.uniform(-1, 1, (B, H)).astype(np.float32) for _ in range(n_states(kind))]
+        shapes = [(B, T, H) if return_sequences else (B, H)] + [(B, H)] * n_states(kind)
+        cot = cotangents_for(rng, shapes)
         with caplog.at_level("INFO", logger="tf_lstm_ops"):
             if graph:
-                outs, grads = tf.function(run_with_grads_graph(ours))(x, mask, cot)
+                spec = tf.TensorSpec([None, None, I], tf.float32)
+                run = tf.function(run_with_grads_graph(ours), input_signature=[
+                    spec, tf.TensorSpec([None, None], tf.bool),
+                    [tf.TensorSpec(None, tf.float32)] * len(shapes),
+                    [tf.TensorSpec([None, H], tf.float32)] * n_states(kind)])
+                outs, grads = run(x, mask, cot, init)
+                types = _graph_op_types(run, x, mask, cot, init)
+                assert any(t.endswith("CudnnRNNV3") for t in types)
+                assert not {"While", "StatelessWhile", "If", "StatelessIf"} & types
             else:
-                outs, grads = run_with_grads(ours, x, None, mask, cot)
-        outs_k, grads_k = run_with_grads(theirs, x, None, mask, cot)
+                outs, grads = run_with_grads(ours, x, init, mask, cot)
+        assert "tf_lstm_ops" not in caplog.text  # no fallback, no warning
+        outs_k, grads_k = run_with_grads(theirs, x, init, mask, cot)
         assert_all_close([np.asarray(o) for o in outs], outs_k, what="output")
         assert_all_close([np.asarray(g) for g in grads], grads_k, what="gradient")
-        assert "not right-padded" in caplog.text
 
 
 def run_with_grads_graph(layer):
     """run_with_grads for tf.function: the layer built, its weights read inside."""
-    def run(x, mask, cotangents):
+    def run(x, mask, cotangents, init=None):
+        init = None if init is None else list(init)
         with tf.GradientTape() as tape:
             tape.watch(x)
-            out = layer(x, mask=mask)
-            loss = tf.reduce_sum(out * cotangents[0])
-        return [out], tape.gradient(loss, [x] + layer.trainable_weights)
+            if init is not None:
+                tape.watch(init)
+            outs = layer(x, mask=mask, initial_state=init)
+            outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+            loss = sum(tf.reduce_sum(o * c) for o, c in zip(outs, cotangents))
+        return outs, tape.gradient(loss, [x] + (init or []) + layer.trainable_weights)
     return run
 
 
-def test_one_traced_function_serves_both_kinds_of_mask(rng):
-    """The decision is made per batch inside the graph (a conditional, traced once): the fused
-    kernel for a right-padded mask, Keras' loop for another, each equal to Keras."""
-    ours, theirs = make_pair("lstm", return_sequences=True)
-    same_random_weights(rng, [ours, theirs], (B, T, I))
-    x = tf.constant(rng.uniform(-1, 1, (B, T, I)).astype(np.float32))
-    call = tf.function(lambda x, m: ours(x, mask=m))
-    for mask in (right_padded(LENS), not_right_padded()["hole"], not_right_padded()["left"]):
-        got = call(x, tf.constant(mask))
-        np.testing.assert_allclose(got, theirs(x, mask=tf.constant(mask)), atol=ATOL)
-    assert call.experimental_get_tracing_count() == 1
-    graph = call.get_concrete_function(x, tf.constant(mask)).graph
-    assert {"If", "StatelessIf"} & {op.type for op in graph.get_operations()}
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_pre_padded_text_classifier_trains_like_keras(rng, caplog, kind):
+    """Keras' text-classification recipe: pad_sequences (padding="pre" by default), then
+    Embedding(mask_zero=True): fit runs the fused kernel and trains every weight as Keras'
+    layer does."""
+    sequences = [[3, 7, 2], [5, 1, 4, 4, 9, 2], [8], [6, 6, 2, 3]]
+    tokens = keras.utils.pad_sequences(sequences, maxlen=T)
+    y = rng.uniform(-1, 1, (4, 1)).astype(np.float32)
+
+    def build(layer_cls, extra):
+        keras.utils.set_random_seed(5)
+        model = keras.Sequential([keras.Input((T,), dtype="int32"),
+                                  keras.layers.Embedding(10, I, mask_zero=True),
+                                  layer_cls(H, **extra), keras.layers.Dense(1)])
+        model.compile(optimizer=keras.optimizers.SGD(0.5), loss="mse")
+        return model
+
+    ours_cls, theirs_cls, _ = KINDS[kind]
+    ours, theirs = build(ours_cls, {}), build(theirs_cls, dict(use_cudnn=False))
+    ours.set_weights(theirs.get_weights())
+    with caplog.at_level("INFO", logger="tf_lstm_ops"):
+        ours.fit(tokens, y, epochs=2, batch_size=4, verbose=0, shuffle=False)
+    theirs.fit(tokens, y, epochs=2, batch_size=4, verbose=0, shuffle=False)
+    assert "tf_lstm_ops" not in caplog.text
+    assert_all_close(ours.get_weights(), theirs.get_weights(), atol=1e-5, what="weight")
 
 
 FALLBACKS = [
@@ -393,10 +449,10 @@ def test_every_layer_disables_jit():
 # Bidirectional
 # ------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("use_mask", [True, False])
+@pytest.mark.parametrize("mask_pattern", [None, "post", "pre", "holes"])
 @pytest.mark.parametrize("return_sequences", [False, True])
 @pytest.mark.parametrize("kind", ["lstm", "gru"])
-def test_bidirectional_equals_keras(rng, kind, return_sequences, use_mask):
+def test_bidirectional_equals_keras(rng, kind, return_sequences, mask_pattern):
     """keras.layers.Bidirectional around ours (it forces zero_output_for_mask and builds the
     backward copy from our config) equals Bidirectional around Keras' layer."""
     ours_layer, theirs_layer = make_pair(kind, return_sequences=return_sequences,
@@ -408,7 +464,7 @@ def test_bidirectional_equals_keras(rng, kind, return_sequences, use_mask):
     x = rng.uniform(-1, 1, (B, T, I)).astype(np.float32)
     out_shape = (B, T, 2 * H) if return_sequences else (B, 2 * H)
     cot = cotangents_for(rng, [out_shape] + [(B, H)] * (2 * n_states(kind)))
-    mask = right_padded(LENS) if use_mask else None
+    mask = None if mask_pattern is None else mask_patterns(rng)[mask_pattern]
     outs, grads = run_with_grads(ours, x, None, mask, cot)
     outs_k, grads_k = run_with_grads(theirs, x, None, mask, cot)
     assert_all_close(outs, outs_k, what="output")

@@ -27,7 +27,9 @@ def masks():
     right = np.arange(T)[None, :] < np.array([5, 2, 0])[:, None]
     hole = right.copy()
     hole[0, 2] = False
-    return {"none": None, "right_padded": right, "hole": hole}
+    holes = np.array([[1, 0, 1, 0, 1], [0, 1, 1, 0, 0], [0, 0, 0, 0, 1]], bool)
+    return {"none": None, "right_padded": right, "pre_padded": right[:, ::-1].copy(),
+            "hole": hole, "holes": holes, "none_valid": np.zeros((B, T), bool)}
 
 
 def pair(rng, kind, **kw):
@@ -56,14 +58,17 @@ def outputs_and_grads(layer, x, mask, cot):
 @pytest.mark.parametrize("mask", list(masks()))
 @pytest.mark.parametrize("go_backwards", [False, True])
 @pytest.mark.parametrize("kind", list(KINDS))
-def test_equal_to_tf_keras(rng, kind, go_backwards, mask):
+def test_equal_to_tf_keras(rng, caplog, kind, go_backwards, mask):
+    """Every mask pattern runs the fused op (no fallback warning) with tf_keras' results."""
     ours, theirs = pair(rng, kind, return_sequences=True, return_state=True,
                         go_backwards=go_backwards)
     x = rng.uniform(-1, 1, (B, T, I)).astype(np.float32)
     n_states = 2 if kind == "lstm" else 1
     cot = [rng.uniform(-1, 1, (B, T, H)).astype(np.float32)] + [
         rng.uniform(-1, 1, (B, H)).astype(np.float32) for _ in range(n_states)]
-    got = outputs_and_grads(ours, x, masks()[mask], cot)
+    with caplog.at_level("INFO", logger="tf_lstm_ops"):
+        got = outputs_and_grads(ours, x, masks()[mask], cot)
+    assert "tf_lstm_ops" not in caplog.text
     want = outputs_and_grads(theirs, x, masks()[mask], cot)
     for a, b in zip(got[0] + got[1], want[0] + want[1]):
         np.testing.assert_allclose(a, b, atol=2e-5, rtol=1e-5)
@@ -158,8 +163,10 @@ def test_legacy_keras_models_train_and_round_trip(tmp_path):
         assert entry["h5_classes"] == ["tf_lstm_ops.tf_keras"], (name, entry)
 
 
+@pytest.mark.parametrize("use_mask", [False, True])
 @pytest.mark.parametrize("kind", ["lstm", "gru", "rnn_tanh"])
-def test_stateful_layers_carry_their_state_like_tf_keras(rng, kind):
+def test_stateful_layers_carry_their_state_like_tf_keras(rng, caplog, kind, use_mask):
+    """Also with a pre-padded mask, in a graph: one fused path, no fallback."""
     name, extra = KINDS[kind]
     ours = getattr(tlk2, name)(H, stateful=True, return_sequences=True, **extra)
     theirs = getattr(tf_keras.layers, name)(H, stateful=True, return_sequences=True, **extra)
@@ -169,11 +176,16 @@ def test_stateful_layers_carry_their_state_like_tf_keras(rng, kind):
                         for w in ours.get_weights()])
     ours.set_weights(theirs.get_weights())
     x = rng.uniform(-1, 1, (B, T, I)).astype(np.float32)
-    call_ours, call_theirs = tf.function(lambda x: ours(x)), tf.function(lambda x: theirs(x))
-    for step in range(3):  # the state of each call starts the next, eagerly and in a graph
-        np.testing.assert_allclose(ours(x), theirs(x), atol=2e-5, err_msg="eager %d" % step)
-        np.testing.assert_allclose(call_ours(x), call_theirs(x), atol=2e-5,
-                                   err_msg="graph %d" % step)
+    mask = tf.constant(masks()["pre_padded"]) if use_mask else None
+    call_ours = tf.function(lambda x: ours(x, mask=mask))
+    call_theirs = tf.function(lambda x: theirs(x, mask=mask))
+    with caplog.at_level("INFO", logger="tf_lstm_ops"):
+        for step in range(3):  # the state of each call starts the next, eagerly and in a graph
+            np.testing.assert_allclose(ours(x, mask=mask), theirs(x, mask=mask), atol=2e-5,
+                                       err_msg="eager %d" % step)
+            np.testing.assert_allclose(call_ours(x), call_theirs(x), atol=2e-5,
+                                       err_msg="graph %d" % step)
+    assert "tf_lstm_ops" not in caplog.text
 
 
 @pytest.mark.parametrize("graph", [False, True])

@@ -14,8 +14,8 @@ They subclass tf_keras' layers: the same arguments, defaults, weights and ``get_
 SavedModel files round-trip (``import tf_lstm_ops.tf_keras`` before loading). The fused op runs
 exactly where tf_keras runs its cuDNN-compatible implementation (``_could_use_gpu_kernel``:
 tanh/sigmoid, no ``recurrent_dropout``, no ``unroll``, ``use_bias``, GRU ``reset_after``), with
-its input dropout; every other call (those configurations, ``time_major``, ragged inputs, a mask
-that is not right-padded, XLA compilation, SimpleRNN activations other than tanh/relu) runs the
+its input dropout, and for masks of any pattern; every other call (those configurations,
+``time_major``, ragged inputs, XLA compilation, SimpleRNN activations other than tanh/relu) runs the
 tf_keras class's own ``call``, with one warning per layer and reason. Results equal tf_keras'.
 """
 
@@ -23,9 +23,9 @@ import tensorflow as tf
 import tf_keras
 
 from tf_lstm_ops._fused_rnn import (
-    by_mask,
     keras_params,
     keras_rnn_loop,
+    step_mask,
     warn_fallback,
 )
 from tf_lstm_ops._loader import in_xla_context
@@ -82,36 +82,27 @@ class _FusedCall:
             reason = "ragged inputs"
         if reason is None and in_xla_context():
             reason = "compiled by XLA (jit_compile=True), where the custom op has no kernel"
-        if reason is None and mask is not None and self.stateful and not tf.executing_eagerly():
-            reason = "a mask on a stateful layer in a graph (the state update cannot be branched)"
         if reason is not None:
             warn_fallback(self, reason)
             return keras_call()
         if isinstance(mask, list):
             mask = mask[0]
-        if mask is None:
-            return self._fused_call(inputs, None, training, initial_state)
+        return self._fused_call(inputs, mask, training, initial_state)
 
-        def as_list(result):
-            return list(result) if isinstance(result, (list, tuple)) else [result]
-
-        result = by_mask(
-            self, inputs, mask, lambda lengths: self._fused_call(inputs, lengths, training, initial_state),
-            keras_call, as_list)
-        result = as_list(result)
-        return result if self.return_state else result[0]
-
-    def _fused_call(self, inputs, lengths, training, initial_state):
+    def _fused_call(self, inputs, mask, training, initial_state):
         inputs, initial_state, _ = self._process_inputs(inputs, initial_state, None)
         x = tf.convert_to_tensor(inputs)
         if not x.dtype.is_floating:
             x = tf.cast(x, self.compute_dtype)
         dtype = x.dtype
         x = self._dropped_out(x, training)
+        if mask is not None:
+            shape = tf.shape(x)
+            mask = step_mask(mask, shape[0], shape[1])
         lstm = self._rnn_mode == "lstm"
         h0 = tf.cast(initial_state[0], dtype)
         c0 = tf.cast(initial_state[1], dtype) if lstm else None
-        last, outputs, states = keras_rnn_loop(x, h0, c0, self._params(dtype), lengths,
+        last, outputs, states = keras_rnn_loop(x, h0, c0, self._params(dtype), mask,
                                                self._rnn_mode, self.go_backwards,
                                                self.return_sequences, self.zero_output_for_mask,
                                                training)

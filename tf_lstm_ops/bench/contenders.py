@@ -269,6 +269,16 @@ def build_ours_cudnn_inf(case):
     return _ours_cudnn(case, is_training=False)
 
 
+def pre_padded_mask(batch, steps):
+    """What keras.utils.pad_sequences gives by default (padding="pre"): row b has its last
+    steps - (b % 4) * steps // 8 steps valid (so from all of them down to 5/8), the rest masked
+    at the front. Every step of the longest row runs, as in a real batch."""
+    import tensorflow as tf
+
+    lengths = [steps - (b % 4) * steps // 8 for b in range(batch)]
+    return tf.constant([[t >= steps - n for t in range(steps)] for n in lengths], tf.bool)
+
+
 def _keras_phases(layer_cls, case, with_mask=False, **kwargs):
     import tensorflow as tf
 
@@ -277,9 +287,7 @@ def _keras_phases(layer_cls, case, with_mask=False, **kwargs):
                       recurrent_initializer="glorot_uniform", **kwargs)
     layer.build((case.B, case.T, case.I))
     x, dy = case.tensor("x_bm"), case.tensor("dy_bm")
-    # A mask of full-length rows: right-padded, so our layers' per-batch decision (a conditional
-    # in the graph) picks the fused kernel; what it costs is what this measures.
-    mask = tf.ones([case.B, case.T], tf.bool) if with_mask else None
+    mask = pre_padded_mask(case.B, case.T) if with_mask else None
     fwd = tf.function(lambda x: _force([layer(x, mask=mask)]))
 
     @tf.function
@@ -320,6 +328,11 @@ def build_ours_keras(case):
 
 def build_ours_keras_mask(case):
     return _keras_phases(_ours_keras_layer(case), case, with_mask=True)
+
+
+def build_keras_mask(case):
+    extra = {} if case.family == "lstm" else dict(reset_after=True)
+    return _keras_phases(_keras_layer(case), case, with_mask=True, **extra)
 
 
 def build_ours_keras_fallback(case):
@@ -612,7 +625,7 @@ CONTENDERS = (
               build_ours_cell_loop, ours=True),
     Contender("ours_keras", "lstm", "ours keras.LSTM", ("fwd", "fwd+bwd"), build_ours_keras,
               ours=True, needs="ours_keras"),
-    Contender("ours_keras_mask", "lstm", "ours keras.LSTM, right-padded mask",
+    Contender("ours_keras_mask", "lstm", "ours keras.LSTM, pre-padded mask",
               ("fwd", "fwd+bwd"), build_ours_keras_mask, ours=True, needs="ours_keras"),
     Contender("ours_keras_fallback", "lstm", "ours keras.LSTM(use_cudnn=False)",
               ("fwd", "fwd+bwd"), build_ours_keras_fallback, ours=True, needs="ours_keras"),
@@ -621,6 +634,8 @@ CONTENDERS = (
     Contender("tf_cell_loop", "lstm", "tf.raw_ops LSTMBlockCell loop", ("fwd",),
               build_tf_cell_loop, dtypes=HALF_FLOAT),
     Contender("keras", "lstm", "keras.layers.LSTM", ("fwd", "fwd+bwd"), build_keras),
+    Contender("keras_mask", "lstm", "keras.layers.LSTM, pre-padded mask", ("fwd", "fwd+bwd"),
+              build_keras_mask),
     Contender("keras_fallback", "lstm", "keras.layers.LSTM(use_cudnn=False)", ("fwd", "fwd+bwd"),
               build_keras_fallback),
     Contender("torch", "lstm", "torch.nn.LSTM", PHASES, build_torch, needs="torch"),
@@ -633,11 +648,13 @@ CONTENDERS = (
     Contender("ours_cudnn", "gru", "ours CudnnRNNV3 gru", PHASES, build_ours_cudnn, ours=True),
     Contender("ours_keras", "gru", "ours keras.GRU", ("fwd", "fwd+bwd"), build_ours_keras,
               ours=True, needs="ours_keras"),
-    Contender("ours_keras_mask", "gru", "ours keras.GRU, right-padded mask", ("fwd", "fwd+bwd"),
+    Contender("ours_keras_mask", "gru", "ours keras.GRU, pre-padded mask", ("fwd", "fwd+bwd"),
               build_ours_keras_mask, ours=True, needs="ours_keras"),
     Contender("ours_keras_fallback", "gru", "ours keras.GRU(use_cudnn=False)", ("fwd", "fwd+bwd"),
               build_ours_keras_fallback, ours=True, needs="ours_keras"),
     Contender("keras", "gru", "keras.layers.GRU", ("fwd", "fwd+bwd"), build_keras),
+    Contender("keras_mask", "gru", "keras.layers.GRU, pre-padded mask", ("fwd", "fwd+bwd"),
+              build_keras_mask),
     Contender("keras_fallback", "gru", "keras.layers.GRU(use_cudnn=False)", ("fwd", "fwd+bwd"),
               build_keras_fallback),
     Contender("torch", "gru", "torch.nn.GRU", PHASES, build_torch, needs="torch"),

@@ -21,8 +21,9 @@ Layers, one module per group (import them from here):
   work. Every call runs one fused ``TfLstm>CudnnRNNV3`` op (forward and backward) on the sequence
   instead of Keras' per-step loop; a call the kernel cannot serve (other activations,
   ``recurrent_dropout`` while training, ``GRU(reset_after=False)``, ``use_cudnn=False``,
-  ``unroll=True``, a mask that is not right-padded, XLA compilation) runs the Keras class's own
-  implementation, with a warning. Results, including the outputs at masked steps, equal Keras'.
+  ``unroll=True``, XLA compilation) runs the Keras class's own implementation, with a warning.
+  Masks of any pattern run the fused op. Results, including the outputs at masked steps, equal
+  Keras'.
 - ``CudnnRNN`` (and ``CudnnLSTM``, ``CudnnGRU``; module ``cudnn_rnn``): the CudnnRNN op family as
   one multi-layer layer (``num_layers``, ``bidirectional``, ``dropout`` between layers,
   ``num_proj`` for LSTM) with an opaque ``params`` weight in cuDNN's canonical packing and

@@ -6,19 +6,19 @@ They subclass Keras' layers and keep Keras' cell, so they have the same construc
 defaults, the same weight variables and the same ``get_config``; each layer converts its cell's
 ``kernel``, ``recurrent_kernel`` and ``bias`` to the op's cuDNN params buffer at every call. A call
 the fused kernel cannot serve (other activations, ``recurrent_dropout`` while training,
-``use_cudnn=False``, ``unroll=True``, ``GRU(reset_after=False)``, a mask that is not right-padded,
-a function compiled by XLA) runs Keras' own implementation instead (the Keras class's
-``inner_loop``), with one warning per layer and reason: same results, Keras' speed.
-Right-padding is decided per batch.
+``use_cudnn=False``, ``unroll=True``, ``GRU(reset_after=False)``, a function compiled by XLA) runs
+Keras' own implementation instead (the Keras class's ``inner_loop``), with one warning per layer
+and reason: same results, Keras' speed. Masks of any pattern run the fused op
+(docs/keras_layers.md §3).
 """
 
 import keras
 import tensorflow as tf
 
 from tf_lstm_ops._fused_rnn import (
-    by_mask,
     keras_params,
     keras_rnn_loop,
+    step_mask,
     warn_fallback,
 )
 from tf_lstm_ops._loader import in_xla_context
@@ -113,26 +113,12 @@ class _FusedRNNMixin(_Keras3Only):
         if reason is not None:
             warn_fallback(self, reason)
             return keras_loop()
-        if training and self.cell.dropout:
-            # Drawn once, outside any branch below, so that both paths use the same mask (and
-            # Keras' cell finds it cached).
-            self.cell.get_dropout_mask(_as_input(sequences, self)[:, 0, :])
-        if mask is None:
-            return self._fused_inner_loop(sequences, initial_state, None, training)
-        # What Keras' loop returns as outputs without return_sequences is not read: both paths
-        # return the same structure.
-        def same_structure(result):
-            last, outputs, states = result
-            if not self.return_sequences:
-                outputs = tf.expand_dims(last, 1)
-            return last, outputs, list(states)
+        if mask is not None:
+            shape = tf.shape(sequences)
+            mask = step_mask(mask, shape[0], shape[1])
+        return self._fused_inner_loop(sequences, initial_state, mask, training)
 
-        return by_mask(
-            self, sequences, mask,
-            lambda lengths: self._fused_inner_loop(sequences, initial_state, lengths, training),
-            keras_loop, same_structure)
-
-    def _fused_inner_loop(self, sequences, initial_state, lengths, training):
+    def _fused_inner_loop(self, sequences, initial_state, mask, training):
         if not keras.tree.is_nested(initial_state):
             initial_state = [initial_state]
         x = _as_input(sequences, self)
@@ -145,7 +131,7 @@ class _FusedRNNMixin(_Keras3Only):
         lstm = self._rnn_mode == "lstm"
         h0 = tf.cast(initial_state[0], dtype)
         c0 = tf.cast(initial_state[1], dtype) if lstm else None
-        return keras_rnn_loop(x, h0, c0, self._params(dtype), lengths, self._rnn_mode,
+        return keras_rnn_loop(x, h0, c0, self._params(dtype), mask, self._rnn_mode,
                               self.go_backwards, self.return_sequences,
                               self.zero_output_for_mask, training)
 
@@ -157,8 +143,8 @@ class LSTM(_FusedRNNMixin, keras.layers.LSTM):
     Same arguments, defaults, weights (``kernel [I, 4H]``, ``recurrent_kernel [H, 4H]``,
     ``bias [4H]``, gates i, f, c, o) and results as ``keras.layers.LSTM``. Calls the kernel cannot
     serve (``activation`` other than tanh, ``recurrent_activation`` other than sigmoid,
-    ``recurrent_dropout`` while training, ``use_cudnn=False``, ``unroll=True``, a mask that is not
-    right-padded) run ``keras.layers.LSTM``'s own implementation, with a warning.
+    ``recurrent_dropout`` while training, ``use_cudnn=False``, ``unroll=True``) run
+    ``keras.layers.LSTM``'s own implementation, with a warning.
     """
 
     _rnn_mode = "lstm"
@@ -234,8 +220,8 @@ class GRU(_FusedRNNMixin, keras.layers.GRU):
     Same arguments, defaults, weights (``kernel [I, 3H]``, ``recurrent_kernel [H, 3H]``,
     ``bias [2, 3H]``, gates z, r, h) and results as ``keras.layers.GRU``. Calls the kernel cannot
     serve (``reset_after=False``, other activations, ``recurrent_dropout`` while training,
-    ``use_cudnn=False``, ``unroll=True``, a mask that is not right-padded) run
-    ``keras.layers.GRU``'s own implementation, with a warning.
+    ``use_cudnn=False``, ``unroll=True``) run ``keras.layers.GRU``'s own implementation, with a
+    warning.
     """
 
     _rnn_mode = "gru"
@@ -313,9 +299,8 @@ class SimpleRNN(_FusedRNNMixin, keras.layers.SimpleRNN):
 
     Same arguments, defaults, weights (``kernel [I, H]``, ``recurrent_kernel [H, H]``,
     ``bias [H]``) and results as ``keras.layers.SimpleRNN``. Calls the kernel cannot serve
-    (``activation`` other than tanh or relu, ``recurrent_dropout`` while training, ``unroll=True``,
-    a mask that is not right-padded) run ``keras.layers.SimpleRNN``'s own implementation, with a
-    warning.
+    (``activation`` other than tanh or relu, ``recurrent_dropout`` while training, ``unroll=True``)
+    run ``keras.layers.SimpleRNN``'s own implementation, with a warning.
     """
 
     _keras_class = keras.layers.SimpleRNN
