@@ -74,12 +74,78 @@ def test_equal_to_tf_keras(rng, caplog, kind, go_backwards, mask):
         np.testing.assert_allclose(a, b, atol=2e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("mask", ["none", "pre_padded", "holes"])
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_time_major_and_use_bias_false_run_the_kernel(rng, caplog, kind, mask):
+    """time_major=True (inputs, mask and outputs time-major) and use_bias=False (tf_keras' own
+    per-step loop then) on the fused op: tf_keras' outputs, states and gradients, no fallback."""
+    for kwargs in (dict(time_major=True), dict(use_bias=False),
+                   dict(use_bias=False, time_major=True, go_backwards=True)):
+        ours, theirs = pair(rng, kind, return_sequences=True, return_state=True, **kwargs)
+        x = rng.uniform(-1, 1, (B, T, I)).astype(np.float32)
+        step_mask = masks()[mask]
+        n_states = 2 if kind == "lstm" else 1
+        cot = [rng.uniform(-1, 1, (B, T, H)).astype(np.float32)] + [
+            rng.uniform(-1, 1, (B, H)).astype(np.float32) for _ in range(n_states)]
+        if kwargs.get("time_major"):
+            x, cot[0] = x.transpose(1, 0, 2).copy(), cot[0].transpose(1, 0, 2).copy()
+            step_mask = None if step_mask is None else step_mask.T.copy()
+        with caplog.at_level("INFO", logger="tf_lstm_ops"):
+            got = outputs_and_grads(ours, x, step_mask, cot)
+        assert "tf_lstm_ops" not in caplog.text, kwargs
+        want = outputs_and_grads(theirs, x, step_mask, cot)
+        for a, b in zip(got[0] + got[1], want[0] + want[1]):
+            np.testing.assert_allclose(a, b, atol=2e-5, rtol=1e-5, err_msg=str(kwargs))
+
+
+@pytest.mark.parametrize("use_bias", [True, False])
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_input_dropout_is_the_mask_tf_keras_applies(rng, kind, use_bias):
+    """Injected masks (tf_keras' get_dropout_mask_for_cell patched on both layers): with bias,
+    LSTM and GRU run tf_keras' cuDNN-compatible path, whose mask covers every step ([B, T, I]);
+    without (and SimpleRNN) its per-step loop, one [B, I] mask for every step. Ours applies the
+    same mask: equal outputs and gradients while training."""
+    ours, theirs = pair(rng, kind, return_sequences=True, dropout=0.5, use_bias=use_bias)
+    x = rng.uniform(-1, 1, (B, T, I)).astype(np.float32)
+    drawn = {}
+
+    def fixed(shape):
+        key = tuple(shape)
+        if key not in drawn:
+            drawn[key] = (rng.uniform(size=key) < 0.5).astype(np.float32) * 2.0
+        return tf.constant(drawn[key])
+
+    def patched(self, inputs, training, count=1):
+        masks_ = [fixed(inputs.shape) * (k + 1) for k in range(count)]
+        return masks_ if count > 1 else masks_[0]
+
+    cot = [rng.uniform(-1, 1, (B, T, H)).astype(np.float32)]
+    with pytest.MonkeyPatch.context() as patch:
+        mixin = type(theirs.cell).__mro__
+        owner = next(c for c in mixin if "get_dropout_mask_for_cell" in vars(c))
+        patch.setattr(owner, "get_dropout_mask_for_cell", patched)
+        got = outputs_and_grads_training(ours, x, cot)
+        want = outputs_and_grads_training(theirs, x, cot)
+    assert drawn, "no mask was drawn"
+    for a, b in zip(got[0] + got[1], want[0] + want[1]):
+        np.testing.assert_allclose(a, b, atol=2e-5, rtol=1e-5)
+
+
+def outputs_and_grads_training(layer, x, cot):
+    x = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        outs = layer(x, training=True)
+        loss = tf.reduce_sum(outs * cot[0])
+    grads = tape.gradient(loss, [x] + layer.trainable_weights)
+    return [np.asarray(outs)], [np.asarray(g) for g in grads]
+
+
 @pytest.mark.parametrize("kind, kwargs, reason", [
     ("lstm", dict(activation="relu"), "activation='relu'"),
     ("lstm", dict(recurrent_dropout=0.2), "recurrent_dropout"),
     ("lstm", dict(unroll=True), "unroll"),
-    ("lstm", dict(use_bias=False), "use_bias=False"),
-    ("lstm", dict(time_major=True), "time_major"),
+    ("lstm", dict(use_bias=False, dropout=0.3, implementation=1), "implementation=1"),
     ("gru", dict(reset_after=False), "reset_after=False"),
     ("rnn_tanh", dict(activation="sigmoid"), "activation='sigmoid'"),
 ])

@@ -12,11 +12,13 @@ one fused ``TfLstm>CudnnRNNV3`` op on the sequence.
 They subclass tf_keras' layers: the same arguments, defaults, weights and ``get_config``, so
 ``Sequential`` and functional models take them, ``fit`` trains every weight, and ``.h5`` and
 SavedModel files round-trip (``import tf_lstm_ops.tf_keras`` before loading). The fused op runs
-exactly where tf_keras runs its cuDNN-compatible implementation (``_could_use_gpu_kernel``:
-tanh/sigmoid, no ``recurrent_dropout``, no ``unroll``, ``use_bias``, GRU ``reset_after``), with
-its input dropout, and for masks of any pattern; every other call (those configurations,
-``time_major``, ragged inputs, XLA compilation, SimpleRNN activations other than tanh/relu) runs the
-tf_keras class's own ``call``, with one warning per layer and reason. Results equal tf_keras'.
+where tf_keras runs its cuDNN-compatible implementation (tanh/sigmoid, no
+``recurrent_dropout``, no ``unroll``, GRU ``reset_after``), with that implementation's input
+dropout, and also for ``use_bias=False`` (with the input dropout of tf_keras' per-step loop,
+which tf_keras runs then), ``time_major=True`` and masks of any pattern; every other call
+(those configurations, ``implementation=1`` with ``use_bias=False`` and ``dropout``, ragged
+inputs, XLA compilation, SimpleRNN activations other than tanh/relu) runs the tf_keras class's own
+``call``, with one warning per layer and reason. Results equal tf_keras'.
 """
 
 import tensorflow as tf
@@ -61,12 +63,24 @@ class _FusedCall:
         return tf.cast(tf.convert_to_tensor(variable), dtype)
 
     def _dropped_out(self, x, training):
-        # tf_keras' cuDNN-compatible path for LSTM and GRU: one mask over the whole [B, T, I]
-        # input, the first of the per-gate masks it draws (SimpleRNN overrides this).
-        self.reset_dropout_mask()
-        gates = {"lstm": 4, "gru": 3}[self._rnn_mode]
-        mask = self.get_dropout_mask_for_cell(x, training, count=gates)
-        return x if mask is None else x * mask[0]
+        """x (as the layer got it: [T, B, I] with time_major) times tf_keras' input dropout mask,
+        drawn as the implementation tf_keras runs for this layer draws it."""
+        gates = {"lstm": 4, "gru": 3}.get(self._rnn_mode, 1)
+        if gates > 1 and self.cell.use_bias:
+            # tf_keras' cuDNN-compatible path (LSTM, GRU): one mask over the whole input, a fresh
+            # one per step, the first of the per-gate masks it draws.
+            self.reset_dropout_mask()
+            mask = self.get_dropout_mask_for_cell(x, training, count=gates)
+            return x if mask is None else x * mask[0]
+        # tf_keras' per-step loop (SimpleRNN; LSTM and GRU without bias): the cell's mask for one
+        # step's input, the same at every step (implementation 2 multiplies by the first).
+        self._maybe_reset_cell_dropout_mask(self.cell)
+        time_axis = 0 if self.time_major else 1
+        step = x[0] if self.time_major else x[:, 0]
+        mask = self.cell.get_dropout_mask_for_cell(step, training, count=gates)
+        if isinstance(mask, (list, tuple)):
+            mask = mask[0]
+        return x if mask is None else x * tf.expand_dims(mask, time_axis)
 
     def call(self, inputs, mask=None, training=None, initial_state=None, **kwargs):
         def keras_call():
@@ -74,8 +88,6 @@ class _FusedCall:
                                           initial_state=initial_state, **kwargs)
 
         reason = self._static_fallback_reason()
-        if reason is None and self.time_major:
-            reason = "time_major=True"
         if reason is None and kwargs.get("constants") is not None:
             reason = "constants"
         if reason is None and isinstance(inputs, tf.RaggedTensor):
@@ -96,6 +108,11 @@ class _FusedCall:
             x = tf.cast(x, self.compute_dtype)
         dtype = x.dtype
         x = self._dropped_out(x, training)
+        if self.time_major:  # tf_keras' inputs and mask are then [T, B, ...], its outputs too
+            x = tf.transpose(x, [1, 0, 2])
+            if mask is not None:
+                mask = tf.convert_to_tensor(mask)
+                mask = tf.transpose(mask, [1, 0] + ([2] if mask.shape.rank == 3 else []))
         if mask is not None:
             shape = tf.shape(x)
             mask = step_mask(mask, shape[0], shape[1])
@@ -110,6 +127,8 @@ class _FusedCall:
             updates = [tf.compat.v1.assign(self_state, tf.cast(state, self_state.dtype))
                        for self_state, state in zip(tf.nest.flatten(self.states), states)]
             self.add_update(updates)
+        if self.time_major and self.return_sequences:
+            outputs = tf.transpose(outputs, [1, 0, 2])
         output = outputs if self.return_sequences else last
         if self.return_state:
             return [output] + list(states)
@@ -130,10 +149,12 @@ def _gpu_kernel_reason(layer):
             cell.recurrent_dropout)
     if layer.unroll:
         return "unroll=True (asks for tf_keras' unrolled loop)"
-    if not cell.use_bias:
-        return "use_bias=False (tf_keras then runs its per-step loop, with its own dropout)"
-    if not layer._could_use_gpu_kernel:
-        return "a configuration tf_keras runs with its per-step loop"
+    if not cell.use_bias and cell.dropout and cell.implementation == 1:
+        # tf_keras' loop then multiplies each gate's input by a mask of its own
+        return ("implementation=1 with use_bias=False and dropout (tf_keras' per-step loop "
+                "draws an input dropout mask per gate)")
+    if not tf.compat.v1.executing_eagerly_outside_functions():
+        return "TF1 graph mode (tf_keras runs its per-step loop there)"
     return None
 
 
@@ -185,12 +206,6 @@ class SimpleRNN(_FusedCall, tf_keras.layers.SimpleRNN):
         if self.unroll:
             return "unroll=True (asks for tf_keras' unrolled loop)"
         return None
-
-    def _dropped_out(self, x, training):
-        # tf_keras' loop: the cell's mask for one step's input, the same at every step.
-        self._maybe_reset_cell_dropout_mask(self.cell)
-        mask = self.cell.get_dropout_mask_for_cell(x[:, 0, :], training)
-        return x if mask is None else x * tf.expand_dims(mask, 1)
 
 
 __all__ = ["LSTM", "GRU", "SimpleRNN"]
