@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "cc/core/lstm_cell.h"
+#include "cc/core/rnn_activation.h"
 
 namespace tf_lstm_ops {
 
@@ -89,6 +90,97 @@ TF_LSTM_HOST_DEVICE inline Acc SimpleRnnForward(bool relu, Acc a) {
 template <typename Acc>
 TF_LSTM_HOST_DEVICE inline Acc SimpleRnnBackward(bool relu, Acc h, Acc dh) {
   return relu ? (h > Acc(0) ? dh : Acc(0)) : dh * (Acc(1) - h * h);
+}
+
+// ---- Cells with Keras' activations (docs/cudnn_rnn.md §4.7) ------------------------------------
+// `act` is the candidate's (and LSTM's output's) activation, `rec` the gates'. The saved gates
+// hold the pre-activations (LSTM a_i, a_f, a_c, a_o; GRU a_r, a_u, a_n = x_c + r·h_c and h_c;
+// plain RNN a), since some slopes need them (silu, gelu). The terms are summed in Keras' order.
+// The CPU engine evaluates the activations row by row (each loop vectorises) and combines them
+// with the functions below; the GPU engine calls the per-element forms (*At).
+
+// LSTM: c = f·c_prev + i·g with g = act(a_c); h = o·act(c).
+template <typename A>
+TF_LSTM_HOST_DEVICE inline A LstmAnyCellState(A i, A f, A g, A c_prev) {
+  return f * c_prev + i * g;
+}
+// From the gates' values (i, f, g, o) and slopes (si, sf, sg, so), co = act(c) and its slope
+// sco; dc is the carried dL/dc, dh = dL/dm (m = o·co).
+template <typename A>
+TF_LSTM_HOST_DEVICE inline CellGradients<A> LstmAnyBackward(A i, A f, A g, A o, A si, A sf, A sg,
+                                                             A so, A co, A sco, A c_prev, A dc,
+                                                             A dh) {
+  CellGradients<A> r;
+  const A dcs = dc + dh * o * sco;
+  r.d_i = dcs * g * si;
+  r.d_f = dcs * c_prev * sf;
+  r.d_c = dcs * i * sg;
+  r.d_o = dh * co * so;
+  r.cs_prev_grad = dcs * f;
+  return r;
+}
+// GRU (reset after): h = u·h_prev + (1 - u)·n with n = act(a_n), a_n = x_c + r·h_c.
+template <typename A>
+TF_LSTM_HOST_DEVICE inline A GruAnyOutput(A u, A n, A h_prev) {
+  return u * h_prev + (A(1) - u) * n;
+}
+template <typename A>
+TF_LSTM_HOST_DEVICE inline GruGradients<A> GruAnyBackward(A r, A u, A n, A sr, A su, A sn, A h_c,
+                                                          A h_prev, A dh) {
+  GruGradients<A> g;
+  g.d_xc = dh * (A(1) - u) * sn;
+  g.d_hc = g.d_xc * r;
+  g.d_r = g.d_xc * h_c * sr;
+  g.d_u = dh * (h_prev - n) * su;
+  g.h_prev_direct = dh * u;
+  return g;
+}
+
+// Per element: LSTM forward from the pre-activations; writes c and m = o·act(c).
+template <typename A, typename Math>
+TF_LSTM_HOST_DEVICE inline void LstmAnyForwardAt(RnnActivation act, RnnActivation rec, A a_i,
+                                                 A a_f, A a_c, A a_o, A c_prev, A* c, A* m) {
+  *c = LstmAnyCellState(Activate<A, Math>(rec, a_i), Activate<A, Math>(rec, a_f),
+                        Activate<A, Math>(act, a_c), c_prev);
+  *m = Activate<A, Math>(rec, a_o) * Activate<A, Math>(act, *c);
+}
+// LSTM backward from the saved pre-activations (element j of a [4][H] block); *m = o·act(c).
+template <typename A, typename Math>
+TF_LSTM_HOST_DEVICE inline CellGradients<A> LstmAnyBackwardAt(RnnActivation act,
+                                                              RnnActivation rec, const A* pre,
+                                                              int64_t H, int64_t j, A c,
+                                                              A c_prev, A dc, A dh, A* m) {
+  const A a_i = pre[j], a_f = pre[H + j], a_c = pre[2 * H + j], a_o = pre[3 * H + j];
+  const A o = Activate<A, Math>(rec, a_o), co = Activate<A, Math>(act, c);
+  *m = o * co;
+  return LstmAnyBackward(Activate<A, Math>(rec, a_i), Activate<A, Math>(rec, a_f),
+                         Activate<A, Math>(act, a_c), o, ActivationSlope<A, Math>(rec, a_i),
+                         ActivationSlope<A, Math>(rec, a_f), ActivationSlope<A, Math>(act, a_c),
+                         ActivationSlope<A, Math>(rec, a_o), co,
+                         ActivationSlope<A, Math>(act, c), c_prev, dc, dh);
+}
+// GRU forward from the two sides' pre-activations; saves a_r, a_u, a_n, h_c into pre[g·H + j].
+template <typename A, typename Math>
+TF_LSTM_HOST_DEVICE inline A GruAnyForwardAt(RnnActivation act, RnnActivation rec, A x_r, A x_u,
+                                             A x_c, A h_r, A h_u, A h_c, A h_prev, A* pre,
+                                             int64_t H, int64_t j) {
+  const A a_r = x_r + h_r, a_u = x_u + h_u;
+  const A a_n = x_c + Activate<A, Math>(rec, a_r) * h_c;
+  pre[j] = a_r;
+  pre[H + j] = a_u;
+  pre[2 * H + j] = a_n;
+  pre[3 * H + j] = h_c;
+  return GruAnyOutput(Activate<A, Math>(rec, a_u), Activate<A, Math>(act, a_n), h_prev);
+}
+template <typename A, typename Math>
+TF_LSTM_HOST_DEVICE inline GruGradients<A> GruAnyBackwardAt(RnnActivation act, RnnActivation rec,
+                                                            const A* pre, int64_t H, int64_t j,
+                                                            A h_prev, A dh) {
+  const A a_r = pre[j], a_u = pre[H + j], a_n = pre[2 * H + j];
+  return GruAnyBackward(Activate<A, Math>(rec, a_r), Activate<A, Math>(rec, a_u),
+                        Activate<A, Math>(act, a_n), ActivationSlope<A, Math>(rec, a_r),
+                        ActivationSlope<A, Math>(rec, a_u), ActivationSlope<A, Math>(act, a_n),
+                        pre[3 * H + j], h_prev, dh);
 }
 
 }  // namespace tf_lstm_ops

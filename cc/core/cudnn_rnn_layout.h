@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "cc/core/rnn_activation.h"
+
 namespace tf_lstm_ops {
 
 enum class RnnMode { kRnnRelu, kRnnTanh, kLstm, kGru };
@@ -37,6 +39,13 @@ struct RnnModel {
   int64_t num_proj;    // P; 0 = no projection (LSTM only, 0 < P < H otherwise)
   int64_t num_dirs;    // D: 1 or 2
   bool skip_input;     // layer 0 adds x to every gate instead of W·x (needs I == H)
+  // Keras' activations instead of cuDNN's (docs/cudnn_rnn.md §4.7): then `activation` is the
+  // candidate's and LSTM's output's (the plain RNN's only one) and `recurrent_activation` the
+  // gates', and the saved gates hold pre-activations. false: cuDNN's cells (tanh and sigmoid;
+  // relu for kRnnRelu), whatever the two fields say.
+  bool custom_activations = false;
+  RnnActivation activation = RnnActivation::kTanh;
+  RnnActivation recurrent_activation = RnnActivation::kSigmoid;
 
   int gates() const { return GatesOf(mode); }
   int64_t gate_width() const { return gates() * num_units; }
@@ -48,8 +57,38 @@ struct RnnModel {
     return layer == 0 ? input_size : num_dirs * output_width();
   }
   bool skips(int64_t layer) const { return layer == 0 && skip_input; }
+  ActivationChoice activations() const {
+    return {custom_activations, activation, recurrent_activation};
+  }
   int64_t w_cols(int64_t layer) const { return skips(layer) ? 0 : layer_input(layer); }
 };
+
+// Why a model's activations cannot be set (SetRnnActivations).
+enum class RnnActivationError { kNone, kUnknownActivation, kUnknownRecurrent, kRecurrentNotGated };
+
+// m's activations from the *WithActivations ops' attribute values, "" meaning cuDNN's (tanh and
+// sigmoid; relu for kRnnRelu): custom only where they differ from cuDNN's, so that spelling
+// cuDNN's out runs cuDNN's cells. m->mode must be set.
+inline RnnActivationError SetRnnActivations(std::string_view activation,
+                                            std::string_view recurrent_activation, RnnModel* m) {
+  const bool gated = m->mode == RnnMode::kLstm || m->mode == RnnMode::kGru;
+  const RnnActivation cudnn = m->mode == RnnMode::kRnnRelu ? RnnActivation::kRelu
+                                                           : RnnActivation::kTanh;
+  RnnActivation act = cudnn, rec = RnnActivation::kSigmoid;
+  if (!activation.empty() && !RnnActivationNamed(activation, &act)) {
+    return RnnActivationError::kUnknownActivation;
+  }
+  if (!recurrent_activation.empty()) {
+    if (!gated) return RnnActivationError::kRecurrentNotGated;
+    if (!RnnActivationNamed(recurrent_activation, &rec)) {
+      return RnnActivationError::kUnknownRecurrent;
+    }
+  }
+  m->activation = act;
+  m->recurrent_activation = rec;
+  m->custom_activations = act != cudnn || rec != RnnActivation::kSigmoid;
+  return RnnActivationError::kNone;
+}
 
 // Element offsets of one pseudo-layer's regions in the params buffer.
 struct PseudoLayerRegions {

@@ -69,8 +69,12 @@ TF_LSTM_HOST_DEVICE inline bool DropoutDrops(uint64_t stream, int64_t k, float r
   return u < rate;
 }
 
-// Saved gate activations per element: LSTM i, f, c~, o; GRU r, u, h~, R_h h + b_Rh.
+// Saved gate activations per element: LSTM i, f, c~, o; GRU r, u, h~, R_h h + b_Rh. With
+// Keras' activations the pre-activations instead (cudnn_rnn_cells.h), a plain RNN's one.
 constexpr int kSavedGates = 4;
+inline constexpr int SavedGatesOf(RnnMode mode) {
+  return mode == RnnMode::kLstm || mode == RnnMode::kGru ? kSavedGates : 1;
+}
 
 // The reserve space is our own format (docs/cudnn_rnn.md §7.3: only our Backprop reads it): a
 // header, then in the compute type, per pseudo-layer the per-step states h [T,B,Hr], c [T,B,H]
@@ -91,11 +95,12 @@ class WorkspaceLayout {
   WorkspaceLayout(const RnnModel& m, const RnnRun& run, bool dropout) {
     const int64_t tb = run.time * run.batch;
     const bool lstm = m.mode == RnnMode::kLstm;
+    // Keras' activations save pre-activations, a plain RNN's too (its slope may need them).
     const bool gated = m.mode == RnnMode::kLstm || m.mode == RnnMode::kGru;
-    const bool saved = gated && run.keeps_gates;
+    const bool saved = (gated || m.custom_activations) && run.keeps_gates;
     keeps_gates_ = saved;
     const int64_t per_pseudo_layer = tb * (m.output_width() + (lstm ? m.num_units : 0) +
-                                           (saved ? kSavedGates * m.num_units : 0));
+                                           (saved ? SavedGatesOf(m.mode) * m.num_units : 0));
     h_ = 0;
     c_ = tb * m.output_width();
     gates_ = c_ + (lstm ? tb * m.num_units : 0);
@@ -141,8 +146,12 @@ inline uint64_t RnnConfigHash(const RnnModel& m, const RnnRun& run, const RnnDro
   uint64_t h = Mix(static_cast<uint64_t>(m.mode) + 1);
   // Every fact that changes what the saved activations mean (time_major: T and B swap roles
   // in the input and output, so a forward with T == B matches every size).
+  const int64_t activations =
+      m.custom_activations ? 1 + static_cast<int64_t>(m.activation) * kNumRnnActivations +
+                                 static_cast<int64_t>(m.recurrent_activation)
+                           : 0;
   for (int64_t v : {m.num_layers, m.num_units, m.input_size, m.num_proj, m.num_dirs,
-                    static_cast<int64_t>(m.skip_input), run.time, run.batch,
+                    static_cast<int64_t>(m.skip_input), activations, run.time, run.batch,
                     static_cast<int64_t>(run.time_major), static_cast<int64_t>(dtype_size)}) {
     h = Mix(h ^ static_cast<uint64_t>(v));
   }

@@ -124,6 +124,148 @@ struct TeamPlan {
   }
 };
 
+// ---- cells with Keras' activations (docs/cudnn_rnn.md §4.7) ----------------------------------
+
+// f(kind): kind as a compile-time constant, so that a loop over elements inside f is one loop
+// per activation, which vectorises where that function does.
+template <typename F>
+void WithActivation(RnnActivation k, F&& f) {
+  using K = RnnActivation;
+  switch (k) {
+#define TF_LSTM_ACTIVATION_CASE(name) \
+  case K::name:                        \
+    return f(std::integral_constant<K, K::name>{});
+    TF_LSTM_ACTIVATION_CASE(kTanh)
+    TF_LSTM_ACTIVATION_CASE(kSigmoid)
+    TF_LSTM_ACTIVATION_CASE(kRelu)
+    TF_LSTM_ACTIVATION_CASE(kHardSigmoid)
+    TF_LSTM_ACTIVATION_CASE(kHardSigmoidKeras2)
+    TF_LSTM_ACTIVATION_CASE(kLinear)
+    TF_LSTM_ACTIVATION_CASE(kElu)
+    TF_LSTM_ACTIVATION_CASE(kSoftsign)
+    TF_LSTM_ACTIVATION_CASE(kSilu)
+    TF_LSTM_ACTIVATION_CASE(kGelu)
+#undef TF_LSTM_ACTIVATION_CASE
+  }
+}
+
+// y[j] = f(x[j]) (kSlope: f'(x[j])) for j < n; y may be x.
+template <typename A, typename Math, bool kSlope = false>
+void ActivateRow(RnnActivation k, const A* x, A* y, int64_t n) {
+  WithActivation(k, [&](auto kind) {
+    constexpr RnnActivation K = decltype(kind)::value;
+    for (int64_t j = 0; j < n; ++j) {
+      y[j] = kSlope ? ActivationSlope<A, Math>(K, x[j]) : Activate<A, Math>(K, x[j]);
+    }
+  });
+}
+template <typename A, typename Math>
+void SlopeRow(RnnActivation k, const A* x, A* y, int64_t n) {
+  ActivateRow<A, Math, true>(k, x, y, n);
+}
+
+// This thread's row buffer of at least n elements (the team's threads live across calls).
+template <typename A>
+A* RowScratch(int64_t n) {
+  thread_local std::vector<A> buffer;
+  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(n);
+  return buffer.data();
+}
+
+// One row's n units of a step with Keras' activations: x_side(g, j) / h_side(g, j) are the two
+// sides' pre-activations (cuDNN's gate order); writes c (LSTM), `out` (LSTM's m, else h) and,
+// when `saved` is given, the pre-activations (cudnn_rnn_cells.h; gate g at saved[g·H + j]).
+template <typename A, typename Math, typename XSide, typename HSide>
+void ForwardRowAny(const RnnModel& m, int64_t n, XSide x_side, HSide h_side, const A* h_in,
+                   const A* c_in, A* c_out, A* out, A* saved) {
+  const int64_t H = m.num_units;
+  const RnnActivation act = m.activation, rec = m.recurrent_activation;
+  A* pre = RowScratch<A>(6 * n);
+  A* val = pre + 4 * n;
+  if (m.mode == RnnMode::kLstm) {
+    for (int g = 0; g < 4; ++g) {
+      for (int64_t j = 0; j < n; ++j) pre[g * n + j] = x_side(g, j) + h_side(g, j);
+      if (saved) std::memcpy(saved + g * H, pre + g * n, n * sizeof(A));
+      ActivateRow<A, Math>(g == 2 ? act : rec, pre + g * n, pre + g * n, n);
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      c_out[j] = LstmAnyCellState(pre[j], pre[n + j], pre[2 * n + j], c_in[j]);
+    }
+    ActivateRow<A, Math>(act, c_out, val, n);
+    for (int64_t j = 0; j < n; ++j) out[j] = pre[3 * n + j] * val[j];
+  } else if (m.mode == RnnMode::kGru) {  // pre: a_r, a_u, a_n, h_c
+    for (int64_t j = 0; j < n; ++j) {
+      pre[j] = x_side(0, j) + h_side(0, j);
+      pre[n + j] = x_side(1, j) + h_side(1, j);
+      pre[3 * n + j] = h_side(2, j);
+    }
+    ActivateRow<A, Math>(rec, pre, val, n);  // r
+    for (int64_t j = 0; j < n; ++j) pre[2 * n + j] = x_side(2, j) + val[j] * pre[3 * n + j];
+    if (saved) {
+      for (int g = 0; g < 4; ++g) std::memcpy(saved + g * H, pre + g * n, n * sizeof(A));
+    }
+    ActivateRow<A, Math>(rec, pre + n, val, n);          // u
+    ActivateRow<A, Math>(act, pre + 2 * n, val + n, n);  // n
+    for (int64_t j = 0; j < n; ++j) out[j] = GruAnyOutput(val[j], val[n + j], h_in[j]);
+  } else {
+    for (int64_t j = 0; j < n; ++j) pre[j] = x_side(0, j) + h_side(0, j);
+    if (saved) std::memcpy(saved, pre, n * sizeof(A));
+    ActivateRow<A, Math>(act, pre, out, n);
+  }
+}
+
+// The backward of one row's n units with Keras' activations, from the saved pre-activations:
+// the gate gradients gx (and GRU's recurrent-side gh and direct term), LSTM's carried dc (in
+// place) and, when m_row is given, m = o·act(c). dh is dL/dm for LSTM, else dL/dh.
+template <typename A, typename Math>
+void BackwardRowAny(const RnnModel& m, int64_t n, const A* saved, const A* c_row,
+                    const A* c_in, const A* h_in, const A* dh, A* dc, A* gx, A* gh, A* direct,
+                    A* m_row) {
+  const int64_t H = m.num_units;
+  const RnnActivation act = m.activation, rec = m.recurrent_activation;
+  A* v = RowScratch<A>(10 * n);  // gate values [G][n], slopes [G][n], act(c), its slope
+  A* s = v + 4 * n;
+  if (m.mode == RnnMode::kLstm) {
+    A* co = s + 4 * n;
+    A* sco = co + n;
+    for (int g = 0; g < 4; ++g) {
+      ActivateRow<A, Math>(g == 2 ? act : rec, saved + g * H, v + g * n, n);
+      SlopeRow<A, Math>(g == 2 ? act : rec, saved + g * H, s + g * n, n);
+    }
+    ActivateRow<A, Math>(act, c_row, co, n);
+    SlopeRow<A, Math>(act, c_row, sco, n);
+    for (int64_t j = 0; j < n; ++j) {
+      const CellGradients<A> g = LstmAnyBackward(
+          v[j], v[n + j], v[2 * n + j], v[3 * n + j], s[j], s[n + j], s[2 * n + j],
+          s[3 * n + j], co[j], sco[j], c_in[j], dc[j], dh[j]);
+      gx[j] = g.d_i;
+      gx[H + j] = g.d_f;
+      gx[2 * H + j] = g.d_c;
+      gx[3 * H + j] = g.d_o;
+      dc[j] = g.cs_prev_grad;
+      if (m_row) m_row[j] = v[3 * n + j] * co[j];
+    }
+  } else if (m.mode == RnnMode::kGru) {
+    for (int g = 0; g < 3; ++g) {
+      ActivateRow<A, Math>(g == 2 ? act : rec, saved + g * H, v + g * n, n);
+      SlopeRow<A, Math>(g == 2 ? act : rec, saved + g * H, s + g * n, n);
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const GruGradients<A> g =
+          GruAnyBackward(v[j], v[n + j], v[2 * n + j], s[j], s[n + j], s[2 * n + j],
+                         saved[3 * H + j], h_in[j], dh[j]);
+      gx[j] = gh[j] = g.d_r;
+      gx[H + j] = gh[H + j] = g.d_u;
+      gx[2 * H + j] = g.d_xc;
+      gh[2 * H + j] = g.d_hc;
+      direct[j] = g.h_prev_direct;
+    }
+  } else {
+    SlopeRow<A, Math>(act, saved, s, n);
+    for (int64_t j = 0; j < n; ++j) gx[j] = dh[j] * s[j];
+  }
+}
+
 // Forward work of cell slice u (units [j0, j1)) at step `step`: its block of the recurrent GEMM,
 // rec_u = h_prev·R_uᵀ ([B, G·gn], gates in order, each padded to gn columns), then the
 // element-wise pass of its units, which writes c, the saved gates (where the run keeps them) and
@@ -151,8 +293,9 @@ void ForwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vector
       if (!m.has_proj()) std::memcpy(h_out + b * Hr + j0, h_prev + b * Hr + j0, n * sizeof(A));
       if (pl.c) std::memcpy(pl.c + (t * B + b) * H + j0, c_prev + b * H + j0, n * sizeof(A));
       if (pl.gates) {
-        A* saved = pl.gates + (t * B + b) * kSavedGates * H + j0;
-        for (int g = 0; g < kSavedGates; ++g) std::fill(saved + g * H, saved + g * H + n, A(0));
+        const int saved_gates = SavedGatesOf(m.mode);
+        A* saved = pl.gates + (t * B + b) * saved_gates * H + j0;
+        for (int g = 0; g < saved_gates; ++g) std::fill(saved + g * H, saved + g * H + n, A(0));
       }
       continue;
     }
@@ -167,8 +310,15 @@ void ForwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vector
     auto h_side = [=](int g, int64_t j) { return gh[g * gn + j] + br[g * H + j]; };
     // Saved gates (kSave) only where a backward will read them: each loop twice, without a
     // branch inside.
-    A* const saved_row = pl.gates ? pl.gates + (t * B + b) * kSavedGates * H + j0 : nullptr;
-    if (m.mode == RnnMode::kLstm) {  // gates i, f, c, o: lstm_cell.h's IFCO layout
+    A* const saved_row =
+        pl.gates ? pl.gates + (t * B + b) * SavedGatesOf(m.mode) * H + j0 : nullptr;
+    if (m.custom_activations) {
+      const bool lstm = m.mode == RnnMode::kLstm;
+      A* out = lstm && m.has_proj() ? m_buf + b * H + j0 : h_out + b * Hr + j0;
+      ForwardRowAny<A, Math>(m, n, x_side, h_side, h_prev + b * Hr + j0,
+                             lstm ? c_prev + b * H + j0 : nullptr,
+                             lstm ? pl.c + (t * B + b) * H + j0 : nullptr, out, saved_row);
+    } else if (m.mode == RnnMode::kLstm) {  // gates i, f, c, o: lstm_cell.h's IFCO layout
       const A* __restrict c_in = c_prev + b * H + j0;
       A* __restrict c_out = pl.c + (t * B + b) * H + j0;
       A* __restrict m_out = (m.has_proj() ? m_buf + b * H : h_out + b * Hr) + j0;
@@ -445,7 +595,15 @@ void BackwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vecto
     const A* __restrict dh_row = dht + b * Hr + j0;
     A* __restrict gx_row = gx;
     A* __restrict gh_row = gh;
-    if (m.mode == RnnMode::kLstm) {
+    if (m.custom_activations) {
+      const bool lstm = m.mode == RnnMode::kLstm;
+      BackwardRowAny<A, Math>(
+          m, n, pl.gates + (t * B + b) * SavedGatesOf(m.mode) * H + j0,
+          lstm ? pl.c + (t * B + b) * H + j0 : nullptr, lstm ? c_prev + b * H + j0 : nullptr,
+          h_prev + b * Hr + j0, lstm && m.has_proj() ? buf.dm + b * H + j0 : dh_row,
+          lstm ? buf.dc + b * H + j0 : nullptr, gx_row, gh_row,
+          gru ? buf.direct + b * Hr + j0 : nullptr, m_row);
+    } else if (m.mode == RnnMode::kLstm) {
       const A* __restrict saved = pl.gates + (t * B + b) * kSavedGates * H + j0;
       const A* __restrict c_row = pl.c + (t * B + b) * H + j0;
       const A* __restrict c_in = c_prev + b * H + j0;

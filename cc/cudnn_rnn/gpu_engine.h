@@ -114,9 +114,10 @@ struct LstmStepFn {
   const A *bias_w, *bias_r;
   const A *h_prev, *c_prev;  // [B, Hr], [B, H]
   A *h_out, *c_out, *m_out;  // [B, Hr], [B, H], [B, H]
-  A* saved;                  // [B, 4H]: i, f, c~, o
+  A* saved;                  // [B, 4H]: i, f, c~, o (Keras' activations: pre-activations)
   const int32_t* len;
   int64_t t, H, Hr;
+  ActivationChoice acts{};
   TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
     const int64_t b = i / H, j = i % H, G = 4 * H;
     A* s = saved + b * kSavedGates * H;
@@ -128,6 +129,16 @@ struct LstmStepFn {
     }
     const A* gx = xw + b * G;
     const A* gh = rec + b * G;
+    if (acts.custom) {
+      A pre[4];
+      for (int g = 0; g < 4; ++g) {
+        pre[g] = XSide(gx, bias_w, g, H, j) + XSide(gh, bias_r, g, H, j);
+        s[g * H + j] = pre[g];
+      }
+      LstmAnyForwardAt<A, Math>(acts.act, acts.rec, pre[0], pre[1], pre[2], pre[3], c_prev[i],
+                                c_out + i, m_out + i);
+      return;
+    }
     const CellActivations<A> a = CudnnLstmForward<A, Math>(
         XSide(gx, bias_w, 0, H, j) + XSide(gh, bias_r, 0, H, j),
         XSide(gx, bias_w, 1, H, j) + XSide(gh, bias_r, 1, H, j),
@@ -143,9 +154,10 @@ struct LstmStepFn {
 template <typename A, typename Math>
 struct GruStepFn {
   const A *xw, *rec, *bias_w, *bias_r, *h_prev;
-  A *h_out, *saved;  // saved: r, u, h~, R_h h + b_Rh
+  A *h_out, *saved;  // saved: r, u, h~, R_h h + b_Rh (Keras' activations: a_r, a_u, a_n, h_c)
   const int32_t* len;
   int64_t t, H;
+  ActivationChoice acts{};
   TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
     const int64_t b = i / H, j = i % H, G = 3 * H;
     A* s = saved + b * kSavedGates * H;
@@ -156,6 +168,13 @@ struct GruStepFn {
     }
     const A* gx = xw + b * G;
     const A* gh = rec + b * G;
+    if (acts.custom) {
+      h_out[i] = GruAnyForwardAt<A, Math>(
+          acts.act, acts.rec, XSide(gx, bias_w, 0, H, j), XSide(gx, bias_w, 1, H, j),
+          XSide(gx, bias_w, 2, H, j), XSide(gh, bias_r, 0, H, j), XSide(gh, bias_r, 1, H, j),
+          XSide(gh, bias_r, 2, H, j), h_prev[i], s, H, j);
+      return;
+    }
     const GruActivations<A> a = GruForward<A, Math>(
         XSide(gx, bias_w, 0, H, j), XSide(gx, bias_w, 1, H, j), XSide(gx, bias_w, 2, H, j),
         XSide(gh, bias_r, 0, H, j), XSide(gh, bias_r, 1, H, j), XSide(gh, bias_r, 2, H, j),
@@ -168,7 +187,7 @@ struct GruStepFn {
   }
 };
 
-// One plain RNN step (tanh or relu); Hr == H, no saved gates.
+// One plain RNN step (tanh or relu; Keras' activations: any, saving the pre-activation); Hr == H.
 template <typename A, typename Math>
 struct SimpleStepFn {
   const A *xw, *rec, *bias_w, *bias_r, *h_prev;
@@ -176,14 +195,23 @@ struct SimpleStepFn {
   const int32_t* len;
   int64_t t, H;
   bool relu;
+  A* saved = nullptr;  // [B, H] with Keras' activations (SavedGatesOf)
+  ActivationChoice acts{};
   TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
     const int64_t b = i / H, j = i % H;
+    A* s = acts.custom ? saved + i : nullptr;
     if (t >= len[b]) {
       h_out[i] = h_prev[i];
+      if (s != nullptr) s[0] = A(0);
       return;
     }
-    h_out[i] = SimpleRnnForward<A, Math>(
-        relu, XSide(xw + b * H, bias_w, 0, H, j) + XSide(rec + b * H, bias_r, 0, H, j));
+    const A a = XSide(xw + b * H, bias_w, 0, H, j) + XSide(rec + b * H, bias_r, 0, H, j);
+    if (s != nullptr) {
+      s[0] = a;
+      h_out[i] = Activate<A, Math>(acts.act, a);
+      return;
+    }
+    h_out[i] = SimpleRnnForward<A, Math>(relu, a);
   }
 };
 
@@ -228,6 +256,7 @@ struct PersistentForwardFn {
   RnnMode mode;
   int64_t splits;  // S = Splits(batch * gates_per_unit * units, threads)
   bool round_h;
+  ActivationChoice acts;
 
   // The largest power of two up to kMaxSplits that gives every (output, split) its own thread.
   static int64_t Splits(int64_t outputs, int64_t threads) {
@@ -287,22 +316,23 @@ struct PersistentForwardFn {
       const int64_t t = TimeOf(dir, step, time);
       const A* xw_t = xw + t * batch * G;
       A* h_out = h + t * batch * H;
-      A* saved = gates + t * batch * kSavedGates * H;
+      A* saved = gates + t * batch * SavedGatesOf(mode) * H;
       for (int64_t i = thread; i < batch * units_here; i += threads) {
         const int64_t at = (i / units_here) * H + j0 + i % units_here;  // b*H + j
         switch (mode) {
           case RnnMode::kLstm: {
             const A* c_prev = step == 0 ? c0 : c + TimeOf(dir, step - 1, time) * batch * H;
             LstmStepFn<A, Math>{xw_t,  rec,   bias_w, bias_r, h_prev, c_prev,
-                                h_out, c + t * batch * H, h_out, saved, len, t, H, H}(at);
+                                h_out, c + t * batch * H, h_out, saved, len, t, H, H, acts}(at);
             break;
           }
           case RnnMode::kGru:
-            GruStepFn<A, Math>{xw_t, rec, bias_w, bias_r, h_prev, h_out, saved, len, t, H}(at);
+            GruStepFn<A, Math>{xw_t, rec, bias_w, bias_r, h_prev, h_out, saved, len, t, H,
+                               acts}(at);
             break;
           default:
-            SimpleStepFn<A, Math>{xw_t, rec,      bias_w, bias_r, h_prev,
-                                  h_out, len, t, H, mode == RnnMode::kRnnRelu}(at);
+            SimpleStepFn<A, Math>{xw_t, rec, bias_w, bias_r, h_prev, h_out, len, t, H,
+                                  mode == RnnMode::kRnnRelu, saved, acts}(at);
         }
       }
     }
@@ -423,6 +453,7 @@ struct LstmBackFn {
   A *dc, *gx, *m_seq;           // dc [B, H] in place; gx row t [B, 4H]; m_seq row t or nullptr
   const int32_t* len;
   int64_t t, H, DHr;
+  ActivationChoice acts{};
   TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
     const int64_t b = i / H, j = i % H;
     const bool active = t < len[b];
@@ -440,19 +471,27 @@ struct LstmBackFn {
       return;
     }
     const A* s = saved + b * kSavedGates * H;
-    const A co = Math::Tanh(c[i]);
-    const CellGradients<A> gr = CudnnLstmBackward(s, H, j, c[i], co, c_prev[i], dc[i], dm_j);
+    A co = A(0), m_j = A(0);
+    CellGradients<A> gr;
+    if (acts.custom) {
+      gr = LstmAnyBackwardAt<A, Math>(acts.act, acts.rec, s, H, j, c[i], c_prev[i], dc[i], dm_j,
+                                      &m_j);
+    } else {
+      co = Math::Tanh(c[i]);
+      gr = CudnnLstmBackward(s, H, j, c[i], co, c_prev[i], dc[i], dm_j);
+      m_j = s[3 * H + j] * co;  // m = o * tanh(c)
+    }
     g[j] = gr.d_i;
     g[H + j] = gr.d_f;
     g[2 * H + j] = gr.d_c;
     g[3 * H + j] = gr.d_o;
     dc[i] = gr.cs_prev_grad;
-    if (m_seq != nullptr) m_seq[i] = s[3 * H + j] * co;  // m = o * tanh(c)
+    if (m_seq != nullptr) m_seq[i] = m_j;
   }
 };
 
 // GRU backward step over [B, H] (Hr == H); carry.direct == direct (read, then rewritten).
-template <typename A>
+template <typename A, typename Math>
 struct GruBackFn {
   Carry<A> carry;
   const A* dy_t;
@@ -460,6 +499,7 @@ struct GruBackFn {
   A *gx, *gh, *direct;      // gx, gh row t [B, 3H]; direct [B, H]
   const int32_t* len;
   int64_t t, H, DHr;
+  ActivationChoice acts{};
   TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
     const int64_t b = i / H, j = i % H;
     const bool active = t < len[b];
@@ -473,7 +513,10 @@ struct GruBackFn {
     const A dh = v + dy_t[b * DHr + j];
     const A* s = saved + b * kSavedGates * H;
     const GruActivations<A> a{s[j], s[H + j], s[2 * H + j], s[3 * H + j], A(0)};
-    const GruGradients<A> g = GruBackward<A>(a, h_prev[i], dh);
+    const GruGradients<A> g = acts.custom
+                                  ? GruAnyBackwardAt<A, Math>(acts.act, acts.rec, s, H, j,
+                                                              h_prev[i], dh)
+                                  : GruBackward<A>(a, h_prev[i], dh);
     x_row[j] = h_row[j] = g.d_r;
     x_row[H + j] = h_row[H + j] = g.d_u;
     x_row[2 * H + j] = g.d_xc;
@@ -483,7 +526,7 @@ struct GruBackFn {
 };
 
 // Plain RNN backward step over [B, H].
-template <typename A>
+template <typename A, typename Math>
 struct SimpleBackFn {
   Carry<A> carry;
   const A* dy_t;
@@ -492,11 +535,20 @@ struct SimpleBackFn {
   const int32_t* len;
   int64_t t, H, DHr;
   bool relu;
+  const A* saved = nullptr;  // row t [B, H] with Keras' activations: the pre-activations
+  ActivationChoice acts{};
   TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
     const int64_t b = i / H, j = i % H;
     const bool active = t < len[b];
     const A v = carry.Update(i, len[b]);
-    gx[i] = active ? SimpleRnnBackward<A>(relu, h[i], v + dy_t[b * DHr + j]) : A(0);
+    if (!active) {
+      gx[i] = A(0);
+    } else if (acts.custom) {
+      gx[i] = (v + dy_t[b * DHr + j]) *
+              ActivationSlope<A, Math>(acts.act, saved[i]);
+    } else {
+      gx[i] = SimpleRnnBackward<A>(relu, h[i], v + dy_t[b * DHr + j]);
+    }
   }
 };
 
@@ -795,7 +847,7 @@ struct RnnEngine {
                           pl.c0,     pl.h,      pl.c,        pl.gates,  f.rec,
                           len,       run.time,  run.batch,   m.num_units, pl.dir,
                           m.gates(), plan.units_per_block, kPersistentThreads, m.mode, splits,
-                          LoOperands(m)};
+                          LoOperands(m), m.activations()};
     return be.Persistent(plan.blocks, kPersistentThreads, plan.shared_bytes, run.time,
                          PersistentFn::kParts, fn);
   }
@@ -819,7 +871,7 @@ struct RnnEngine {
       const A* h_prev = pl.h_before(step, T_, B);
       A* h_out = pl.h + t * B * Hr;
       const A* xw_t = f.xw + t * B * G;
-      A* saved = pl.gates + t * B * kSavedGates * H;
+      A* saved = pl.gates + t * B * SavedGatesOf(m.mode) * H;
       const T* h_prev_lo = lo ? (step == 0 ? input_h + pl.p * B * H
                                            : f.h_lo + ((step - 1) & 1) * B * H)
                               : nullptr;
@@ -840,7 +892,7 @@ struct RnnEngine {
           TF_LSTM_GPU_RETURN_IF_ERROR(
               launch(LstmStepFn<A, Math>{xw_t, f.rec, pl.bias_w, pl.bias_r, h_prev,
                                          pl.c_before(step, T_, B), h_out, pl.c + t * B * H,
-                                         m_out, saved, len, t, H, Hr}));
+                                         m_out, saved, len, t, H, Hr, m.activations()}));
           if (m.has_proj()) {  // h = Pmat·m for the rows that ran
             A* dst = has_len ? f.proj_buf : h_out;
             TF_LSTM_GPU_RETURN_IF_ERROR(
@@ -854,12 +906,13 @@ struct RnnEngine {
         }
         case RnnMode::kGru:
           TF_LSTM_GPU_RETURN_IF_ERROR(launch(GruStepFn<A, Math>{
-              xw_t, f.rec, pl.bias_w, pl.bias_r, h_prev, h_out, saved, len, t, H}));
+              xw_t, f.rec, pl.bias_w, pl.bias_r, h_prev, h_out, saved, len, t, H,
+              m.activations()}));
           break;
         default:
           TF_LSTM_GPU_RETURN_IF_ERROR(launch(SimpleStepFn<A, Math>{
               xw_t, f.rec, pl.bias_w, pl.bias_r, h_prev, h_out, len, t, H,
-              m.mode == RnnMode::kRnnRelu}));
+              m.mode == RnnMode::kRnnRelu, saved, m.activations()}));
       }
     }
     return cudaSuccess;
@@ -1026,15 +1079,17 @@ struct RnnEngine {
         TF_LSTM_GPU_RETURN_IF_ERROR(
             launch(LstmBackFn<A, Math>{carry, dy_t, dm, pl.gates + t * B * kSavedGates * H,
                                        pl.c + t * B * H, pl.c_before(step, T_, B), s.dc,
-                                       dgx_t, m_seq, len, t, H, DHr}));
+                                       dgx_t, m_seq, len, t, H, DHr, m.activations()}));
       } else if (gru) {
         TF_LSTM_GPU_RETURN_IF_ERROR(
-            launch(GruBackFn<A>{carry, dy_t, pl.gates + t * B * kSavedGates * H,
-                                s.h_prev_seq + t * B * Hr, dgx_t, dgh_t, s.direct, len, t, H,
-                                DHr}));
+            launch(GruBackFn<A, Math>{carry, dy_t, pl.gates + t * B * kSavedGates * H,
+                                      s.h_prev_seq + t * B * Hr, dgx_t, dgh_t, s.direct, len, t,
+                                      H, DHr, m.activations()}));
       } else {
-        TF_LSTM_GPU_RETURN_IF_ERROR(launch(
-            SimpleBackFn<A>{carry, dy_t, pl.h + t * B * Hr, dgx_t, len, t, H, DHr, relu}));
+        TF_LSTM_GPU_RETURN_IF_ERROR(launch(SimpleBackFn<A, Math>{
+            carry, dy_t, pl.h + t * B * Hr, dgx_t, len, t, H, DHr, relu,
+            m.custom_activations ? pl.gates + t * B * H : nullptr,
+            m.activations()}));
       }
       // R^T through the recurrent-side gate gradients: the next step's carried gradient.
       TF_LSTM_GPU_RETURN_IF_ERROR(OperandGemm(be, lo, false, false, B, Hr, G, dgh_t,

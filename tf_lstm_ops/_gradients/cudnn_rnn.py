@@ -18,11 +18,14 @@ import tensorflow as tf
 from tf_lstm_ops._loader import OP_NAMESPACE, library
 
 _RNN_ATTRS = ("rnn_mode", "input_mode", "direction", "dropout", "seed", "seed2")
+_ACTIVATION_ATTRS = ("activation", "recurrent_activation")
 _FORWARD_OPS = {1: "CudnnRNN", 2: "CudnnRNNV2", 3: "CudnnRNNV3"}
 
 
-def _cudnn_rnn_grad(op, grads, backprop_op, version):
+def _cudnn_rnn_grad(op, grads, backprop_op, version, forward_op=None):
     attrs = _RNN_ATTRS + (("num_proj", "time_major") if version == 3 else ())
+    if forward_op is not None:  # CudnnRNNV3WithActivations
+        attrs += _ACTIVATION_ATTRS
     args = dict(zip(("input", "input_h", "input_c", "params"), op.inputs[:4]))
     if version == 3:
         args["sequence_lengths"] = op.inputs[4]
@@ -34,7 +37,7 @@ def _cudnn_rnn_grad(op, grads, backprop_op, version):
         # (by a Backprop told the same dropout rate).
         args["dropout"] = 0.0
         with tf.name_scope("recomputed_forward"):
-            outputs = library.op(_FORWARD_OPS[version])(**args, is_training=True)
+            outputs = library.op(forward_op or _FORWARD_OPS[version])(**args, is_training=True)
     args.update(output=outputs[0], output_h=outputs[1], output_c=outputs[2])
     for name, grad, out in zip(
         ("output_backprop", "output_h_backprop", "output_c_backprop"), grads, outputs
@@ -62,6 +65,12 @@ def _cudnn_rnn_v2_grad(op, *grads):
 @tf.RegisterGradient(OP_NAMESPACE + "CudnnRNNV3")
 def _cudnn_rnn_v3_grad(op, *grads):
     return _cudnn_rnn_grad(op, grads, "CudnnRNNBackpropV3", 3)
+
+
+@tf.RegisterGradient(OP_NAMESPACE + "CudnnRNNV3WithActivations")
+def _cudnn_rnn_v3_activations_grad(op, *grads):
+    return _cudnn_rnn_grad(op, grads, "CudnnRNNBackpropV3WithActivations", 3,
+                           forward_op="CudnnRNNV3WithActivations")
 
 
 # The Keras weight conversions (docs/cudnn_rnn.md §6.5) are linear, and each is the other's

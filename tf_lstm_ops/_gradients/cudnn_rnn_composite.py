@@ -24,6 +24,7 @@ from tensorflow.python.framework import ops
 from tf_lstm_ops._gradients._common import (has_kernel_where, in_compute_type, runs_on_cpu,
                                              string_attr)
 from tf_lstm_ops._loader import OP_NAMESPACE, library
+from tf_lstm_ops._rnn_activations import ACTIVATIONS
 
 _GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
 
@@ -42,9 +43,20 @@ class _Model:
 
     def __init__(self, op, version):
         self.mode = string_attr(op, "rnn_mode")
+        # The *WithActivations ops' activations ("": cuDNN's; docs/cudnn_rnn.md §4.7); the
+        # other ops have no such attributes.
+        with_activations = op.type.endswith("WithActivations")
+        self.activation_attrs = {
+            name: string_attr(op, name) if with_activations else ""
+            for name in ("activation", "recurrent_activation")}
+        self.act = ACTIVATIONS[self.activation_attrs["activation"] or (
+            "relu" if self.mode == "rnn_relu" else "tanh")]
+        self.rec = ACTIVATIONS[self.activation_attrs["recurrent_activation"] or "sigmoid"]
+        cudnn_cells = self.act is tf.tanh and self.rec is tf.sigmoid
         # BlockLSTMV2's second derivatives are fused where BlockLSTMFullGradGrad has a kernel
         # (CPU; GPU in a CUDA build): elsewhere the scan, which stays on the op's device
-        self.lstm_by_block = self.mode == "lstm" and has_kernel_where("BlockLSTMFullGradGrad", op)
+        self.lstm_by_block = (self.mode == "lstm" and cudnn_cells
+                              and has_kernel_where("BlockLSTMFullGradGrad", op))
         self.G = _GATES[self.mode]
         self.D = 2 if string_attr(op, "direction") == "bidirectional" else 1
         self.version = version
@@ -102,18 +114,18 @@ class _Model:
         """One cell step from its input side ax (docs/cudnn_rnn.md §4): (h_new, c_new)."""
         _, r, proj, _, bias_r = weights
         ah = tf.matmul(h, r, transpose_b=True) + bias_r
+        act, rec = self.act, self.rec
         if self.mode in ("rnn_tanh", "rnn_relu"):
-            a = ax + ah
-            return (tf.tanh(a) if self.mode == "rnn_tanh" else tf.nn.relu(a)), c
+            return act(ax + ah), c
         if self.mode == "gru":
             xr, xu, xn = tf.split(ax, 3, axis=1)
             hr, hu, hn = tf.split(ah, 3, axis=1)
-            reset, update = tf.sigmoid(xr + hr), tf.sigmoid(xu + hu)
-            candidate = tf.tanh(xn + reset * hn)
+            reset, update = rec(xr + hr), rec(xu + hu)
+            candidate = act(xn + reset * hn)
             return (1 - update) * candidate + update * h, c
         i, f, g, o = tf.split(ax + ah, 4, axis=1)
-        c_new = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
-        m = tf.sigmoid(o) * tf.tanh(c_new)
+        c_new = rec(f) * c + rec(i) * act(g)
+        m = rec(o) * act(c_new)
         return (tf.matmul(m, proj, transpose_b=True) if self.P else m), c_new
 
     def forward(self, x, h0, c0, params, lengths, kept):
@@ -244,7 +256,7 @@ def _forward_dropout_masks(op, model, lengths, reserve_space):
             input_mode=string_attr(op, "input_mode"), direction=string_attr(op, "direction"),
             dropout=model.dropout, seed=op.get_attr("seed"), seed2=op.get_attr("seed2"),
             num_proj=op.get_attr("num_proj") if model.version == 3 else 0,
-            time_major=model.time_major)
+            time_major=model.time_major, **model.activation_attrs)
 
 
 def _backprop_grad(op, grads, version):
@@ -301,3 +313,5 @@ for _prefix in (OP_NAMESPACE, ""):
                             ("CudnnRNNBackpropV3", 3)):
         tf.RegisterGradient(_prefix + _name)(
             lambda op, *grads, _version=_version: _backprop_grad(op, grads, _version))
+tf.RegisterGradient(OP_NAMESPACE + "CudnnRNNBackpropV3WithActivations")(
+    lambda op, *grads: _backprop_grad(op, grads, 3))

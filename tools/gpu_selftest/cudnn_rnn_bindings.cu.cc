@@ -5,7 +5,8 @@
 // Every entry point takes the model and run as keyword-friendly fields:
 //   mode ("lstm", "gru", "rnn_relu", "rnn_tanh"), num_layers, num_units, input_size, num_proj,
 //   num_dirs, skip_input, time, batch, time_major, lengths (a list of B ints in [0, time], or
-//   None: every length is time)
+//   None: every length is time), activation and recurrent_activation (Keras' activations by the
+//   ops' attribute values; "" = cuDNN's)
 // and, where it matters, the dropout (rate, seed, call). Pointers are Python ints.
 #include <pybind11/stl.h>
 
@@ -34,8 +35,9 @@ struct RnnCall {
 
   RnnCall(const std::string& mode, int64_t num_layers, int64_t num_units, int64_t input_size,
           int64_t num_proj, int64_t num_dirs, bool skip_input, int64_t time, int64_t batch,
-          bool time_major, const std::optional<std::vector<int32_t>>& lens, double rate = 0,
-          uint64_t seed = 0, uint64_t call = 0) {
+          bool time_major, const std::optional<std::vector<int32_t>>& lens,
+          const std::string& activation, const std::string& recurrent_activation,
+          double rate = 0, uint64_t seed = 0, uint64_t call = 0) {
     RnnMode rnn_mode;
     if (mode == "lstm") {
       rnn_mode = RnnMode::kLstm;
@@ -49,6 +51,10 @@ struct RnnCall {
       throw py::value_error("mode must be lstm, gru, rnn_relu or rnn_tanh, not " + mode);
     }
     m = RnnModel{rnn_mode, num_layers, num_units, input_size, num_proj, num_dirs, skip_input};
+    if (SetRnnActivations(activation, recurrent_activation, &m) != RnnActivationError::kNone) {
+      throw py::value_error("unknown activation or recurrent_activation, or a recurrent one "
+                            "for a plain RNN");
+    }
     if (num_layers < 1 || num_units < 0 || input_size < 0 || (num_dirs != 1 && num_dirs != 2) ||
         time < 0 || batch < 0) {
       throw py::value_error("invalid RNN sizes");
@@ -89,14 +95,16 @@ struct RnnCall {
 #define TF_LSTM_RNN_MODEL_ARGS                                                              \
   const std::string &mode, int64_t num_layers, int64_t num_units, int64_t input_size,      \
       int64_t num_proj, int64_t num_dirs, bool skip_input, int64_t time, int64_t batch,     \
-      bool time_major, const std::optional<std::vector<int32_t>>&lengths
+      bool time_major, const std::optional<std::vector<int32_t>>&lengths,                   \
+      const std::string &activation, const std::string &recurrent_activation
 #define TF_LSTM_RNN_MODEL_VALUES                                                             \
   mode, num_layers, num_units, input_size, num_proj, num_dirs, skip_input, time, batch,     \
-      time_major, lengths
+      time_major, lengths, activation, recurrent_activation
 #define TF_LSTM_RNN_MODEL_PYARGS                                                             \
   py::arg("mode"), py::arg("num_layers"), py::arg("num_units"), py::arg("input_size"),     \
       py::arg("num_proj"), py::arg("num_dirs"), py::arg("skip_input"), py::arg("time"),     \
-      py::arg("batch"), py::arg("time_major"), py::arg("lengths")
+      py::arg("batch"), py::arg("time_major"), py::arg("lengths"),                          \
+      py::arg("activation") = "", py::arg("recurrent_activation") = ""
 
 }  // namespace
 
@@ -106,7 +114,7 @@ void RegisterRnn(py::module_& mod) {
       [](const std::string& mode, int64_t num_layers, int64_t num_units, int64_t input_size,
          int64_t num_proj, int64_t num_dirs, bool skip_input) {
         const RnnCall c(mode, num_layers, num_units, input_size, num_proj, num_dirs, skip_input,
-                        0, 0, true, std::nullopt);
+                        0, 0, true, std::nullopt, "", "");
         return CheckedParamsSize(c.m);
       },
       py::arg("mode"), py::arg("num_layers"), py::arg("num_units"), py::arg("input_size"),

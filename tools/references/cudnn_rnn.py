@@ -14,10 +14,41 @@ read input_c and return output_c / input_c_backprop as the scalar 0.
 """
 
 import dataclasses
+import math
 
 import numpy as np
 
 GATES = {"rnn_relu": 1, "rnn_tanh": 1, "gru": 3, "lstm": 4}
+
+
+def _sigmoid(z):
+    return 1.0 / (1.0 + np.exp(-z))
+
+
+def _erf(z):
+    return np.vectorize(math.erf)(z)
+
+
+# Keras' activations as functions of the pre-activation a: (f(a), f'(a)), with TensorFlow's
+# gradient conventions at the kinks (relu'(0) = 0, elu'(0) = 1, a clip's slope at its bounds).
+ACTIVATIONS = {
+    "tanh": (np.tanh, lambda a: 1.0 - np.tanh(a) ** 2),
+    "sigmoid": (_sigmoid, lambda a: _sigmoid(a) * (1.0 - _sigmoid(a))),
+    "relu": (lambda a: np.maximum(a, 0.0), lambda a: (a > 0).astype(np.float64)),
+    "hard_sigmoid": (lambda a: np.clip(a + 3.0, 0.0, 6.0) / 6.0,
+                     lambda a: ((a + 3.0 > 0) & (a + 3.0 < 6.0)) / 6.0),
+    "hard_sigmoid_keras2": (lambda a: np.clip(0.2 * a + 0.5, 0.0, 1.0),
+                            lambda a: ((0.2 * a + 0.5 >= 0) & (0.2 * a + 0.5 <= 1)) * 0.2),
+    "linear": (lambda a: a, np.ones_like),
+    "elu": (lambda a: np.where(a < 0, np.expm1(np.minimum(a, 0.0)), a),
+            lambda a: np.where(a < 0, np.exp(np.minimum(a, 0.0)), 1.0)),
+    "softsign": (lambda a: a / (1.0 + np.abs(a)), lambda a: 1.0 / (1.0 + np.abs(a)) ** 2),
+    "silu": (lambda a: a * _sigmoid(a),
+             lambda a: _sigmoid(a) * (1.0 + a * (1.0 - _sigmoid(a)))),
+    "gelu": (lambda a: 0.5 * a * (1.0 + _erf(a / math.sqrt(2.0))),
+             lambda a: 0.5 * (1.0 + _erf(a / math.sqrt(2.0)))
+             + a * np.exp(-0.5 * a * a) / math.sqrt(2.0 * math.pi)),
+}
 MODES = tuple(GATES)
 DIRECTIONS = {"unidirectional": 1, "bidirectional": 2}
 INPUT_MODES = ("linear_input", "skip_input", "auto_select")
@@ -36,6 +67,9 @@ class Cfg:
     direction: str = "unidirectional"
     input_mode: str = "linear_input"
     num_proj: int = 0           # P; active only for lstm with 0 < P < H
+    # Keras' activations (the *WithActivations ops, docs/cudnn_rnn.md §4.7): "" is cuDNN's
+    activation: str = ""
+    recurrent_activation: str = ""
 
     def __post_init__(self):
         assert self.rnn_mode in GATES, self.rnn_mode
@@ -46,6 +80,18 @@ class Cfg:
             assert self.input_mode == "linear_input", "projection with skip/auto input"
         if self.skip:
             assert self.input_size == self.num_units, "skip_input needs input_size == num_units"
+        assert self.activation in ("",) + tuple(ACTIVATIONS), self.activation
+        assert self.recurrent_activation in ("",) + tuple(ACTIVATIONS), self
+
+    @property
+    def act(self):
+        """(f, f') of the candidate / output activation (the plain RNN's one)."""
+        return ACTIVATIONS[self.activation or ("relu" if self.rnn_mode == "rnn_relu" else "tanh")]
+
+    @property
+    def rec(self):
+        """(f, f') of the gates' activation."""
+        return ACTIVATIONS[self.recurrent_activation or "sigmoid"]
 
     G = property(lambda self: GATES[self.rnn_mode])
     D = property(lambda self: DIRECTIONS[self.direction])
@@ -245,26 +291,28 @@ def _step(cfg, lay, x, h, c):
         ax = np.einsum("gho,bo->bgh", lay["W"], x) + lay["bW"][None]
     ah = np.einsum("gho,bo->bgh", lay["R"], h) + lay["bR"][None]   # [B, G, H]
     mode = cfg.rnn_mode
+    act, rec = cfg.act[0], cfg.rec[0]
     cache = dict(x=x, h=h, c=c, ax=ax, ah=ah)
     if mode in ("rnn_tanh", "rnn_relu"):
         a = ax[:, 0] + ah[:, 0]
-        h_new = np.tanh(a) if mode == "rnn_tanh" else np.maximum(a, 0.0)
+        h_new = act(a)
         cache.update(a=a, h_new=h_new)
         return h_new, c, cache
     if mode == "gru":
-        r = sigmoid(ax[:, 0] + ah[:, 0])
-        u = sigmoid(ax[:, 1] + ah[:, 1])
-        n = np.tanh(ax[:, 2] + r * ah[:, 2])
+        a_r, a_u = ax[:, 0] + ah[:, 0], ax[:, 1] + ah[:, 1]
+        r, u = rec(a_r), rec(a_u)
+        a_n = ax[:, 2] + r * ah[:, 2]
+        n = act(a_n)
         h_new = (1.0 - u) * n + u * h
-        cache.update(r=r, u=u, n=n)
+        cache.update(r=r, u=u, n=n, a_r=a_r, a_u=a_u, a_n=a_n)
         return h_new, c, cache
     a = ax + ah                                  # lstm: gates i, f, c~, o
-    i, f, g, o = sigmoid(a[:, 0]), sigmoid(a[:, 1]), np.tanh(a[:, 2]), sigmoid(a[:, 3])
+    i, f, g, o = rec(a[:, 0]), rec(a[:, 1]), act(a[:, 2]), rec(a[:, 3])
     c_new = f * c + i * g
-    tc = np.tanh(c_new)
+    tc = act(c_new)
     m = o * tc
     h_new = m @ lay["P"].T if cfg.proj else m
-    cache.update(i=i, f=f, g=g, o=o, tc=tc, m=m)
+    cache.update(i=i, f=f, g=g, o=o, tc=tc, m=m, a=a, c_new=c_new)
     return h_new, c_new, cache
 
 
@@ -361,35 +409,33 @@ def _step_backward(cfg, lay, cache, dh, dc, grads):
     h = cache["h"]
     dh_prev = np.zeros_like(h)
     dc_prev = np.zeros_like(dc)
+    act_slope, rec_slope = cfg.act[1], cfg.rec[1]
     if mode in ("rnn_tanh", "rnn_relu"):
-        if mode == "rnn_tanh":
-            da = dh * (1.0 - cache["h_new"] ** 2)
-        else:
-            da = dh * (cache["a"] > 0)
+        da = dh * act_slope(cache["a"])
         dax = dah = da[:, None]
     elif mode == "gru":
         r, u, n = cache["r"], cache["u"], cache["n"]
         dn = dh * (1.0 - u)
         du = dh * (h - n)
         dh_prev = dh * u
-        dan = dn * (1.0 - n ** 2)
+        dan = dn * act_slope(cache["a_n"])
         dr = dan * cache["ah"][:, 2]
-        dar = dr * r * (1.0 - r)
-        dau = du * u * (1.0 - u)
+        dar = dr * rec_slope(cache["a_r"])
+        dau = du * rec_slope(cache["a_u"])
         dax = np.stack([dar, dau, dan], axis=1)
         dah = np.stack([dar, dau, dan * r], axis=1)
     else:
-        i, f, g, o, tc = (cache[k] for k in ("i", "f", "g", "o", "tc"))
+        i, f, g, o, tc, a = (cache[k] for k in ("i", "f", "g", "o", "tc", "a"))
         if cfg.proj:
             grads["P"] += dh.T @ cache["m"]
             dm = dh @ lay["P"]
         else:
             dm = dh
         do = dm * tc
-        dct = dc + dm * o * (1.0 - tc ** 2)
+        dct = dc + dm * o * act_slope(cache["c_new"])
         dc_prev = dct * f
-        dax = dah = np.stack([dct * g * i * (1 - i), dct * cache["c"] * f * (1 - f),
-                              dct * i * (1 - g ** 2), do * o * (1 - o)], axis=1)
+        dax = dah = np.stack([dct * g * rec_slope(a[:, 0]), dct * cache["c"] * rec_slope(a[:, 1]),
+                              dct * i * act_slope(a[:, 2]), do * rec_slope(a[:, 3])], axis=1)
     dh_prev = dh_prev + np.einsum("gho,bgh->bo", lay["R"], dah)
     if lay["W"] is None:
         dx = dax.sum(axis=1)

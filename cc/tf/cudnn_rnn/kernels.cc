@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "cc/tf/cudnn_rnn/functor.h"
 #include "cc/tf/cudnn_rnn/validation.h"
 #include "cc/core/cudnn_rnn_layout.h"
@@ -81,6 +82,34 @@ struct RnnAttrs {
     }
     if (ctx->HasAttr("is_training")) TF_RETURN_IF_ERROR(ctx->GetAttr("is_training", &is_training));
     if (ctx->HasAttr("time_major")) TF_RETURN_IF_ERROR(ctx->GetAttr("time_major", &time_major));
+    if (ctx->HasAttr("activation")) {  // the *WithActivations ops and CudnnRNNDropoutKept
+      TF_RETURN_IF_ERROR(ctx->GetAttr("activation", &activation));
+      TF_RETURN_IF_ERROR(ctx->GetAttr("recurrent_activation", &recurrent_activation));
+      RnnModel probe;  // checked when the kernel is built, before any input is read
+      probe.mode = this->mode;
+      TF_RETURN_IF_ERROR(SetActivations(&probe));
+    }
+    return absl::OkStatus();
+  }
+
+  // Keras' activations (docs/cudnn_rnn.md §4.7) into m, or an error naming the attribute.
+  absl::Status SetActivations(RnnModel* m) const {
+    const std::string known = absl::StrJoin(kRnnActivationNames, ", ");
+    switch (SetRnnActivations(activation, recurrent_activation, m)) {
+      case RnnActivationError::kNone:
+        return absl::OkStatus();
+      case RnnActivationError::kUnknownActivation:
+        return absl::InvalidArgumentError(absl::StrCat(
+            "activation must be '' (cuDNN's) or one of ", known, " but is '", activation, "'"));
+      case RnnActivationError::kUnknownRecurrent:
+        return absl::InvalidArgumentError(
+            absl::StrCat("recurrent_activation must be '' (cuDNN's) or one of ", known,
+                         " but is '", recurrent_activation, "'"));
+      case RnnActivationError::kRecurrentNotGated:
+        return absl::InvalidArgumentError(absl::StrCat(
+            "recurrent_activation is for rnn_mode 'lstm' and 'gru' only (the gates), not '",
+            mode_name, "'; got '", recurrent_activation, "'"));
+    }
     return absl::OkStatus();
   }
 
@@ -107,6 +136,7 @@ struct RnnAttrs {
   }
 
   std::string mode_name;
+  std::string activation, recurrent_activation;  // "" (cuDNN's) on ops without the attributes
 };
 
 // The model and run sizes of a forward or backprop call, validated (docs/cudnn_rnn.md §3,
@@ -136,6 +166,7 @@ absl::Status ResolveRun(const RnnAttrs& attrs, const Tensor& input, const Tensor
         input.shape().DebugString(), ") but has shape ", input_h.shape().DebugString()));
   }
   m->mode = attrs.mode;
+  TF_RETURN_IF_ERROR(attrs.SetActivations(m));
   m->num_layers = states / D;
   m->num_dirs = D;
   m->input_size = input.dim_size(2);
@@ -831,6 +862,20 @@ class CudnnParamsToKerasOp : public OpKernel {
       Name("TfLstm>CudnnParamsToKeras").Device(DEVICE_TYPE).TypeConstraint<T>("T"),            \
       CudnnParamsToKerasOp<DEVICE, T>);
 
+// CudnnRNNV3 with Keras' activations: ours alone, on every device; V3's kernels (the attrs are
+// read where present).
+#define TF_LSTM_REGISTER_RNN_WITH_ACTIVATIONS(DEVICE, DEVICE_TYPE, HOST, T)                      \
+  REGISTER_KERNEL_BUILDER(Name("TfLstm>CudnnRNNV3WithActivations")                             \
+                              .Device(DEVICE_TYPE)                                             \
+                              .TypeConstraint<T>("T") HOST("sequence_lengths")                 \
+                                  HOST("host_reserved"),                                       \
+                          CudnnRNNForwardOp<DEVICE, T, 3>);                                    \
+  REGISTER_KERNEL_BUILDER(Name("TfLstm>CudnnRNNBackpropV3WithActivations")                     \
+                              .Device(DEVICE_TYPE)                                             \
+                              .TypeConstraint<T>("T") HOST("sequence_lengths")                 \
+                                  HOST("host_reserved"),                                       \
+                          CudnnRNNBackpropOp<DEVICE, T, 3>);
+
 #define TF_LSTM_CPU_MEMORY(arg)
 #define TF_LSTM_HOST_MEMORY(arg) .HostMemory(arg)
 
@@ -841,7 +886,8 @@ class CudnnParamsToKerasOp : public OpKernel {
   TF_LSTM_REGISTER_KERAS_PARAMS(CPUDevice, tensorflow::DEVICE_CPU, T)                       \
   REGISTER_KERNEL_BUILDER(                                                                  \
       Name("TfLstm>CudnnRNNDropoutKept").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
-      CudnnRNNDropoutKeptOp<T>);
+      CudnnRNNDropoutKeptOp<T>);                                                            \
+  TF_LSTM_REGISTER_RNN_WITH_ACTIVATIONS(CPUDevice, tensorflow::DEVICE_CPU, TF_LSTM_CPU_MEMORY, T)
 
 TF_CALL_half(TF_LSTM_REGISTER_RNN_CPU);
 TF_CALL_bfloat16(TF_LSTM_REGISTER_RNN_CPU);
@@ -854,7 +900,8 @@ TF_CALL_double(TF_LSTM_REGISTER_RNN_CPU);
 // them would clash with those on a GPU build of TF).
 #define TF_LSTM_REGISTER_RNN_GPU(T)                                                        \
   TF_LSTM_REGISTER_RNN("TfLstm>", GpuDevice, tensorflow::DEVICE_GPU, TF_LSTM_HOST_MEMORY, T) \
-  TF_LSTM_REGISTER_KERAS_PARAMS(GpuDevice, tensorflow::DEVICE_GPU, T)
+  TF_LSTM_REGISTER_KERAS_PARAMS(GpuDevice, tensorflow::DEVICE_GPU, T)                         \
+  TF_LSTM_REGISTER_RNN_WITH_ACTIVATIONS(GpuDevice, tensorflow::DEVICE_GPU, TF_LSTM_HOST_MEMORY, T)
 
 TF_CALL_half(TF_LSTM_REGISTER_RNN_GPU);
 TF_CALL_bfloat16(TF_LSTM_REGISTER_RNN_GPU);
@@ -867,5 +914,6 @@ TF_CALL_double(TF_LSTM_REGISTER_RNN_GPU);
 #undef TF_LSTM_CPU_MEMORY
 #undef TF_LSTM_REGISTER_RNN
 #undef TF_LSTM_REGISTER_KERAS_PARAMS
+#undef TF_LSTM_REGISTER_RNN_WITH_ACTIVATIONS
 
 }  // namespace tf_lstm_ops

@@ -182,6 +182,54 @@ REGISTER_OP("TfLstm>CudnnRNNBackpropV3")
     .Attr("time_major: bool = true")
     .SetShapeFn(BackpropShape);
 
+// CudnnRNNV3WithActivations and its Backprop (ours alone): CudnnRNNV3 and CudnnRNNBackpropV3 with
+// Keras' element-wise activations (docs/cudnn_rnn.md §4.7): `activation` for the candidate and
+// LSTM's output (a plain RNN's one activation), `recurrent_activation` for the gates (LSTM, GRU);
+// "" is cuDNN's (tanh / sigmoid; relu for rnn_relu). Everything else is V3's. TF's CudnnRNNV3
+// keeps its signature; the Keras layers run these.
+#define TF_LSTM_RNN_ACTIVATION_ATTRS \
+  .Attr("activation: string = ''").Attr("recurrent_activation: string = ''")
+
+REGISTER_OP("TfLstm>CudnnRNNV3WithActivations")
+    .Input("input: T")
+    .Input("input_h: T")
+    .Input("input_c: T")
+    .Input("params: T")
+    .Input("sequence_lengths: int32")
+    .SetIsStateful()
+    .Output("output: T")
+    .Output("output_h: T")
+    .Output("output_c: T")
+    .Output("reserve_space: T")
+    .Output("host_reserved: int8")
+    .Attr(kTypes) TF_LSTM_RNN_COMMON_ATTRS.Attr("num_proj: int = 0")
+    .Attr("is_training: bool = true")
+    .Attr("time_major: bool = true") TF_LSTM_RNN_ACTIVATION_ATTRS
+    .SetShapeFn([](InferenceContext* c) { return ForwardShape(c, true); });
+
+REGISTER_OP("TfLstm>CudnnRNNBackpropV3WithActivations")
+    .Input("input: T")
+    .Input("input_h: T")
+    .Input("input_c: T")
+    .Input("params: T")
+    .Input("sequence_lengths: int32")
+    .Input("output: T")
+    .Input("output_h: T")
+    .Input("output_c: T")
+    .Input("output_backprop: T")
+    .Input("output_h_backprop: T")
+    .Input("output_c_backprop: T")
+    .Input("reserve_space: T")
+    .Input("host_reserved: int8")
+    .SetIsStateful()
+    .Output("input_backprop: T")
+    .Output("input_h_backprop: T")
+    .Output("input_c_backprop: T")
+    .Output("params_backprop: T")
+    .Attr(kTypes) TF_LSTM_RNN_COMMON_ATTRS.Attr("num_proj: int = 0")
+    .Attr("time_major: bool = true") TF_LSTM_RNN_ACTIVATION_ATTRS
+    .SetShapeFn(BackpropShape);
+
 // CudnnRNNDropoutKept (ours alone): which elements of the inputs of layers 1..L-1 the training
 // forward that wrote reserve_space kept (docs/cudnn_rnn.md §5.3): [L - 1, T, B, D * Hr], time-major
 // on every layout. Takes V3's inputs (V1 and V2 pass every length as T) and attrs, and checks
@@ -195,7 +243,7 @@ REGISTER_OP("TfLstm>CudnnRNNDropoutKept")
     .Input("reserve_space: T")
     .Output("kept: bool")
     .Attr(kTypes) TF_LSTM_RNN_COMMON_ATTRS.Attr("num_proj: int = 0")
-    .Attr("time_major: bool = true")
+    .Attr("time_major: bool = true") TF_LSTM_RNN_ACTIVATION_ATTRS
     .SetShapeFn([](InferenceContext* c) {
       ShapeHandle input, input_h, unused;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 3, &input));
