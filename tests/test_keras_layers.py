@@ -316,7 +316,7 @@ def run_with_grads_graph(layer):
                 tape.watch(init)
             outs = layer(x, mask=mask, initial_state=init)
             outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-            loss = sum(tf.reduce_sum(o * c) for o, c in zip(outs, cotangents))
+            loss = sum(tf.reduce_sum(tf.cast(o, tf.float32) * c) for o, c in zip(outs, cotangents))
         return outs, tape.gradient(loss, [x] + (init or []) + layer.trainable_weights)
     return run
 
@@ -348,18 +348,23 @@ def test_pre_padded_text_classifier_trains_like_keras(rng, caplog, kind):
     assert_all_close(ours.get_weights(), theirs.get_weights(), atol=1e-5, what="weight")
 
 
+def _relu6(x):
+    return keras.activations.relu(x, max_value=6.0)
+
+
 FALLBACKS = [
     # (kind, constructor arguments, the reason the warning names, training)
-    ("lstm", dict(activation="relu"), "activation='relu'", False),
-    ("lstm", dict(recurrent_activation="hard_sigmoid"), "recurrent_activation", False),
-    ("lstm", dict(activation=None), "activation='linear'", False),
+    ("lstm", dict(activation="selu"), "activation='selu'", False),
+    ("lstm", dict(recurrent_activation="log_sigmoid"), "recurrent_activation", False),
+    ("lstm", dict(activation=keras.ops.gelu), "activation='gelu'", False),  # tanh approximation
+    ("lstm", dict(activation=_relu6), "activation='_relu6'", False),
     ("lstm", dict(recurrent_dropout=0.2, seed=3), "recurrent_dropout", True),
     ("lstm", dict(use_cudnn=False), "use_cudnn", False),
     ("lstm", dict(unroll=True), "unroll", False),
     ("gru", dict(reset_after=False), "reset_after", False),
-    ("gru", dict(recurrent_activation="relu"), "recurrent_activation", False),
+    ("gru", dict(recurrent_activation="mish"), "recurrent_activation", False),
     ("gru", dict(recurrent_dropout=0.1, dropout=0.2, seed=5), "recurrent_dropout", True),
-    ("rnn_tanh", dict(activation="sigmoid"), "activation='sigmoid'", False),
+    ("rnn_tanh", dict(activation="leaky_relu"), "activation='leaky_relu'", False),
     ("rnn_tanh", dict(recurrent_dropout=0.5, seed=7), "recurrent_dropout", True),
     ("rnn_tanh", dict(unroll=True), "unroll", False),
 ]
@@ -427,6 +432,93 @@ def test_accepted_activation_spellings(activation):
     assert tlk.LSTM(H, activation=activation).activation is not None
     assert tlk.SimpleRNN(H, activation=activation)._rnn_mode == "rnn_tanh"
     assert tlk.SimpleRNN(H, activation=tf.nn.relu)._rnn_mode == "rnn_relu"
+
+
+# Keras' activations the kernel fuses, each spelled as users spell it (docs/cudnn_rnn.md §4.7).
+FUSED_ACTIVATIONS = ["tanh", "sigmoid", "relu", "hard_sigmoid", None, "elu", "softsign", "swish",
+                     "gelu", tf.nn.silu, keras.ops.elu]
+
+
+def _activation_id(a):
+    return getattr(a, "__name__", str(a))
+
+
+@pytest.mark.parametrize("graph", [False, True])
+@pytest.mark.parametrize("activation", FUSED_ACTIVATIONS, ids=_activation_id)
+@pytest.mark.parametrize("kind", ["lstm", "gru", "rnn_tanh"])
+def test_fused_activations_run_the_kernel_and_equal_keras(rng, caplog, kind, activation, graph):
+    """Each fused activation as `activation` and (LSTM, GRU) as `recurrent_activation`, with a
+    pre-padded mask, go_backwards and return_state, in float64 (so that rounding cannot hide a
+    wrong term: unbounded gates amplify it): the kernel runs (no fallback warning; the op with
+    activations in the graph) and outputs, states and every gradient equal Keras'."""
+    variants = [dict(activation=activation)]
+    if kind != "rnn_tanh":
+        variants.append(dict(recurrent_activation=activation))
+    for args in variants:
+        ours, theirs = make_pair(kind, return_sequences=True, return_state=True,
+                                 go_backwards=bool(graph), dtype="float64", **args)
+        same_random_weights(rng, [ours, theirs], (B, T, I), scale=1.5)
+        x = rng.uniform(-1.5, 1.5, (B, T, I))
+        init = [rng.uniform(-1, 1, (B, H)) for _ in range(n_states(kind))]
+        mask = mask_patterns(rng)["pre"]
+        shapes = [(B, T, H)] + [(B, H)] * n_states(kind)
+        cot = cotangents_for(rng, shapes)  # float32, exact in float64
+        with caplog.at_level("INFO", logger="tf_lstm_ops"):
+            if graph:
+                run = tf.function(run_with_grads_graph(ours))
+                outs, grads = run(tf.constant(x), tf.constant(mask), cot,
+                                  [tf.constant(s) for s in init])
+            else:
+                outs, grads = run_with_grads(ours, x, init, mask, cot)
+        assert "tf_lstm_ops" not in caplog.text, args
+        outs_k, grads_k = run_with_grads(theirs, x, init, mask, cot)
+        # TF's float64 gelu (erfc) is off by up to 1.7e-7 relative (ours: 1e-15, against
+        # Python's math.erfc): a looser bound there
+        tol = 1e-6 if _activation_id(activation) == "gelu" else 1e-9
+        assert_all_close([np.asarray(o) for o in outs], outs_k, atol=tol, rtol=tol,
+                         what="output")
+        assert_all_close([np.asarray(g) for g in grads], grads_k, atol=tol, rtol=tol,
+                         what="gradient")
+    # the last layer's activations: cuDNN's own ones run CudnnRNNV3, any other the op with them
+    cudnn = _activation_id(activation) in (("tanh", "relu") if kind == "rnn_tanh" else
+                                           ("sigmoid",))
+    op_types = _graph_op_types(tf.function(lambda x: ours(x)), tf.constant(x))
+    assert any(t.endswith("WithActivations") for t in op_types) != cudnn, op_types
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru", "rnn_tanh"])
+def test_fused_activations_are_as_accurate_as_keras_in_float32(rng, kind):
+    """float32 against the float64 computation of the same layer (a stable one: small weights,
+    so that the errors measure rounding, not a chaotic recurrence): the RMS error of ours,
+    pooled over the outputs and every gradient, is at most Keras' own float32 layer's (x 1.25:
+    the two sum in different orders; + 1e-8, a sixth of float32's unit roundoff, below which
+    one rounding more or less decides, e.g. a slope of fl(1/6) times dh where Keras divides dh
+    by 6), for every fused activation."""
+    b, t, i, h = 8, 12, 6, 8
+    for activation in FUSED_ACTIVATIONS:
+        args = dict(activation=activation)
+        if kind != "rnn_tanh":
+            args["recurrent_activation"] = "hard_sigmoid" if activation == "sigmoid" else "sigmoid"
+        layers = {}
+        for name, dtype in (("ours", "float32"), ("keras", "float32"), ("truth", "float64")):
+            cls = KINDS[kind][0] if name == "ours" else KINDS[kind][1]
+            extra = dict(use_cudnn=False) if name != "ours" and kind != "rnn_tanh" else {}
+            layers[name] = cls(h, return_sequences=True, dtype=dtype, **args, **extra)
+        same_random_weights(rng, list(layers.values()), (b, t, i), scale=0.4)
+        x = rng.uniform(-1, 1, (b, t, i)).astype(np.float32)
+        cot = cotangents_for(rng, [(b, t, h)])
+        results = {name: run_with_grads(layer, x, None, None, cot)
+                   for name, layer in layers.items()}
+        truth = results["truth"][0] + results["truth"][1]
+
+        def rms(name):
+            got = results[name][0] + results[name][1]
+            errors = [((np.asarray(a, np.float64) - e) / max(1e-3, float(np.max(np.abs(e)))))
+                      .ravel() for a, e in zip(got, truth)]
+            return float(np.sqrt(np.mean(np.concatenate(errors) ** 2)))
+
+        assert rms("ours") <= 1.25 * rms("keras") + 1e-8, (
+            _activation_id(activation), rms("ours"), rms("keras"))
 
 
 def test_every_layer_disables_jit():

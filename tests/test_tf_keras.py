@@ -98,14 +98,46 @@ def test_time_major_and_use_bias_false_run_the_kernel(rng, caplog, kind, mask):
             np.testing.assert_allclose(a, b, atol=2e-5, rtol=1e-5, err_msg=str(kwargs))
 
 
-@pytest.mark.parametrize("use_bias", [True, False])
+FUSED = ["tanh", "sigmoid", "relu", "hard_sigmoid", "linear", "elu", "softsign", "swish", "gelu",
+         tf.nn.silu]
+
+
+@pytest.mark.parametrize("activation", FUSED, ids=lambda a: getattr(a, "__name__", a))
+@pytest.mark.parametrize("kind", ["lstm", "gru", "rnn_tanh"])
+def test_fused_activations_equal_tf_keras(rng, caplog, kind, activation):
+    """Each fused activation (tf_keras' own: its hard_sigmoid is 0.2x + 0.5) as `activation` and
+    as `recurrent_activation`, with a mask and go_backwards, in float64: the kernel runs (no
+    fallback) with tf_keras' outputs, states and gradients."""
+    variants = [dict(activation=activation)]
+    if kind != "rnn_tanh":
+        variants.append(dict(recurrent_activation=activation))
+    for args in variants:
+        ours, theirs = pair(rng, kind, return_sequences=True, return_state=True,
+                            go_backwards=True, dtype="float64", **args)
+        x = rng.uniform(-1.5, 1.5, (B, T, I))
+        n_states = 2 if kind == "lstm" else 1
+        cot = [rng.uniform(-1, 1, (B, T, H))] + [rng.uniform(-1, 1, (B, H))
+                                                 for _ in range(n_states)]
+        with caplog.at_level("INFO", logger="tf_lstm_ops"):
+            got = outputs_and_grads(ours, x, masks()["holes"], cot)
+        assert "tf_lstm_ops" not in caplog.text, args
+        want = outputs_and_grads(theirs, x, masks()["holes"], cot)
+        tol = 1e-6 if getattr(activation, "__name__", activation) == "gelu" else 1e-9  # TF's erfc
+        for a, b in zip(got[0] + got[1], want[0] + want[1]):
+            np.testing.assert_allclose(a, b, atol=tol, rtol=tol, err_msg=str(args))
+
+
+@pytest.mark.parametrize("use_bias, activation", [(True, "tanh"), (False, "tanh"),
+                                                  (True, "relu")])
 @pytest.mark.parametrize("kind", list(KINDS))
-def test_input_dropout_is_the_mask_tf_keras_applies(rng, kind, use_bias):
+def test_input_dropout_is_the_mask_tf_keras_applies(rng, kind, use_bias, activation):
     """Injected masks (tf_keras' get_dropout_mask_for_cell patched on both layers): with bias,
     LSTM and GRU run tf_keras' cuDNN-compatible path, whose mask covers every step ([B, T, I]);
     without (and SimpleRNN) its per-step loop, one [B, I] mask for every step. Ours applies the
-    same mask: equal outputs and gradients while training."""
-    ours, theirs = pair(rng, kind, return_sequences=True, dropout=0.5, use_bias=use_bias)
+    same mask: equal outputs and gradients while training. Activations other than tanh/sigmoid
+    also make tf_keras loop."""
+    extra = {} if kind == "rnn_relu" else dict(activation=activation)  # rnn_relu: relu already
+    ours, theirs = pair(rng, kind, return_sequences=True, dropout=0.5, use_bias=use_bias, **extra)
     x = rng.uniform(-1, 1, (B, T, I)).astype(np.float32)
     drawn = {}
 
@@ -142,12 +174,14 @@ def outputs_and_grads_training(layer, x, cot):
 
 
 @pytest.mark.parametrize("kind, kwargs, reason", [
-    ("lstm", dict(activation="relu"), "activation='relu'"),
+    ("lstm", dict(activation="selu"), "activation='selu'"),
+    ("lstm", dict(recurrent_activation="exponential"), "recurrent_activation='exponential'"),
     ("lstm", dict(recurrent_dropout=0.2), "recurrent_dropout"),
     ("lstm", dict(unroll=True), "unroll"),
     ("lstm", dict(use_bias=False, dropout=0.3, implementation=1), "implementation=1"),
+    ("gru", dict(activation="relu", dropout=0.3, implementation=1), "implementation=1"),
     ("gru", dict(reset_after=False), "reset_after=False"),
-    ("rnn_tanh", dict(activation="sigmoid"), "activation='sigmoid'"),
+    ("rnn_tanh", dict(activation="mish"), "activation='mish'"),
 ])
 def test_what_the_kernel_cannot_serve_runs_tf_keras(rng, caplog, kind, kwargs, reason):
     ours, theirs = pair(rng, kind, return_sequences=True, **kwargs)

@@ -70,12 +70,26 @@ def is_inference(training):
     return isinstance(training, (bool, int)) and not training
 
 
+def op_activations(rnn_mode, activation, recurrent_activation=None):
+    """The CudnnRNNV3WithActivations attributes for a layer's activations (the ops' names,
+    docs/cudnn_rnn.md §4.7; recurrent_activation None for a plain RNN), or None where they are
+    cuDNN's own and CudnnRNNV3 computes them."""
+    if rnn_mode in ("lstm", "gru"):
+        if (activation, recurrent_activation) == ("tanh", "sigmoid"):
+            return None
+        return dict(activation=activation, recurrent_activation=recurrent_activation)
+    if activation == rnn_mode[len("rnn_"):]:
+        return None
+    return dict(activation=activation, recurrent_activation="")
+
+
 def keras_rnn_loop(x, h0, c0, params, mask, rnn_mode, go_backwards, return_sequences,
-                   zero_output_for_mask, training=True):
+                   zero_output_for_mask, training=True, activations=None):
     """Keras' RNN loop over x [B, T, I] (inputs already dropped out) from h0 (and c0 for LSTM),
     on one op: (last_output [B, H], outputs [B, T, H] or [B, 1, H] without return_sequences,
     states). `mask` is a bool [B, T] step mask of any pattern (step_mask), or None; `training` is
-    the layer call's (is_inference).
+    the layer call's (is_inference); `activations` are op_activations' attributes (None:
+    cuDNN's).
 
     A masked step of Keras' loop leaves the states as they are, so the states evolve exactly as
     on the sequence of the unmasked steps alone: each row's unmasked steps are moved to its front,
@@ -99,7 +113,9 @@ def keras_rnn_loop(x, h0, c0, params, mask, rnn_mode, go_backwards, return_seque
         x = tf.gather(x, order, axis=1, batch_dims=1)
     lstm = rnn_mode == "lstm"
     c0 = c0 if lstm else tf.zeros([], dtype)
-    out = library.op("CudnnRNNV3")(
+    op = "CudnnRNNV3" if activations is None else "CudnnRNNV3WithActivations"
+    out = library.op(op)(
+        **(activations or {}),
         input=x,
         input_h=tf.expand_dims(h0, 1),  # [B, 1, H] (batch-major state label)
         input_c=tf.expand_dims(c0, 1) if lstm else c0,

@@ -14,11 +14,12 @@ They subclass tf_keras' layers: the same arguments, defaults, weights and ``get_
 SavedModel files round-trip (``import tf_lstm_ops.tf_keras`` before loading). The fused op runs
 where tf_keras runs its cuDNN-compatible implementation (tanh/sigmoid, no
 ``recurrent_dropout``, no ``unroll``, GRU ``reset_after``), with that implementation's input
-dropout, and also for ``use_bias=False`` (with the input dropout of tf_keras' per-step loop,
-which tf_keras runs then), ``time_major=True`` and masks of any pattern; every other call
-(those configurations, ``implementation=1`` with ``use_bias=False`` and ``dropout``, ragged
-inputs, XLA compilation, SimpleRNN activations other than tanh/relu) runs the tf_keras class's own
-``call``, with one warning per layer and reason. Results equal tf_keras'.
+dropout, and also for ``use_bias=False`` and the other fused activations (relu, hard_sigmoid,
+linear, elu, softsign, swish, gelu; with the input dropout of tf_keras' per-step loop, which
+tf_keras runs then), ``time_major=True`` and masks of any pattern; every other call (those
+configurations, ``implementation=1`` with ``dropout`` where tf_keras loops, ragged inputs, XLA
+compilation, other activations) runs the tf_keras class's own ``call``, with one warning per
+layer and reason. Results equal tf_keras'.
 """
 
 import tensorflow as tf
@@ -27,20 +28,40 @@ import tf_keras
 from tf_lstm_ops._fused_rnn import (
     keras_params,
     keras_rnn_loop,
+    op_activations,
     step_mask,
     warn_fallback,
 )
 from tf_lstm_ops._loader import in_xla_context
 
 _register = tf_keras.saving.register_keras_serializable(package="tf_lstm_ops")
-_ACTIVATIONS = {"tanh": (tf_keras.activations.tanh, tf.tanh, tf.math.tanh, tf.nn.tanh),
-                "sigmoid": (tf_keras.activations.sigmoid, tf.sigmoid, tf.math.sigmoid,
-                            tf.nn.sigmoid),
-                "relu": (tf_keras.activations.relu, tf.nn.relu)}
+# The tf_keras functions of each activation the kernel fuses, by the op's name for it
+# (docs/cudnn_rnn.md §4.7): tf_keras' hard_sigmoid is 0.2x + 0.5, clipped.
+_FUSED_ACTIVATIONS = {
+    "tanh": (tf_keras.activations.tanh, tf.tanh, tf.math.tanh, tf.nn.tanh),
+    "sigmoid": (tf_keras.activations.sigmoid, tf.sigmoid, tf.math.sigmoid, tf.nn.sigmoid),
+    "relu": (tf_keras.activations.relu, tf.nn.relu),
+    "hard_sigmoid_keras2": (tf_keras.activations.hard_sigmoid,),
+    "linear": (tf_keras.activations.linear,),
+    "elu": (tf_keras.activations.elu, tf.nn.elu),
+    "softsign": (tf_keras.activations.softsign, tf.nn.softsign, tf.math.softsign),
+    "silu": (tf_keras.activations.swish, tf.nn.silu, tf.nn.swish),
+    "gelu": (tf_keras.activations.gelu, tf.nn.gelu),
+}
 
 
-def _named(fn, names):
-    return any(fn in _ACTIVATIONS[name] for name in names)
+def _activation_name(fn):
+    """The op's name for a tf_keras activation (cells hold the function), or None."""
+    return next((name for name, fns in _FUSED_ACTIVATIONS.items() if fn in fns), None)
+
+
+def _activation_reason(arg, fn):
+    if _activation_name(fn) is not None:
+        return None
+    return "%s=%r (the fused kernel implements %s)" % (
+        arg, getattr(fn, "__name__", fn), ", ".join(
+            "hard_sigmoid" if name == "hard_sigmoid_keras2" else name
+            for name in _FUSED_ACTIVATIONS))
 
 
 class _FusedCall:
@@ -66,14 +87,15 @@ class _FusedCall:
         """x (as the layer got it: [T, B, I] with time_major) times tf_keras' input dropout mask,
         drawn as the implementation tf_keras runs for this layer draws it."""
         gates = {"lstm": 4, "gru": 3}.get(self._rnn_mode, 1)
-        if gates > 1 and self.cell.use_bias:
+        if gates > 1 and self._could_use_gpu_kernel:
             # tf_keras' cuDNN-compatible path (LSTM, GRU): one mask over the whole input, a fresh
             # one per step, the first of the per-gate masks it draws.
             self.reset_dropout_mask()
             mask = self.get_dropout_mask_for_cell(x, training, count=gates)
             return x if mask is None else x * mask[0]
-        # tf_keras' per-step loop (SimpleRNN; LSTM and GRU without bias): the cell's mask for one
-        # step's input, the same at every step (implementation 2 multiplies by the first).
+        # tf_keras' per-step loop (SimpleRNN; LSTM and GRU without bias or with other
+        # activations): the cell's mask for one step's input, the same at every step
+        # (implementation 2 multiplies by the first).
         self._maybe_reset_cell_dropout_mask(self.cell)
         time_axis = 0 if self.time_major else 1
         step = x[0] if self.time_major else x[:, 0]
@@ -119,10 +141,15 @@ class _FusedCall:
         lstm = self._rnn_mode == "lstm"
         h0 = tf.cast(initial_state[0], dtype)
         c0 = tf.cast(initial_state[1], dtype) if lstm else None
+        cell = self.cell
+        activations = op_activations(
+            self._rnn_mode, _activation_name(cell.activation),
+            _activation_name(cell.recurrent_activation) if lstm or self._rnn_mode == "gru"
+            else None)
         last, outputs, states = keras_rnn_loop(x, h0, c0, self._params(dtype), mask,
                                                self._rnn_mode, self.go_backwards,
                                                self.return_sequences, self.zero_output_for_mask,
-                                               training)
+                                               training, activations)
         if self.stateful:  # as tf_keras' RNN.call
             updates = [tf.compat.v1.assign(self_state, tf.cast(state, self_state.dtype))
                        for self_state, state in zip(tf.nest.flatten(self.states), states)]
@@ -136,23 +163,21 @@ class _FusedCall:
 
 
 def _gpu_kernel_reason(layer):
-    """Why tf_keras would not run its cuDNN-compatible implementation (our kernel's twin)."""
+    """Why the fused kernel cannot compute what tf_keras computes for this LSTM or GRU."""
     cell = layer.cell
-    if not _named(cell.activation, ("tanh",)):
-        return "activation=%r (the fused kernel implements 'tanh' only)" % getattr(
-            cell.activation, "__name__", cell.activation)
-    if not _named(cell.recurrent_activation, ("sigmoid",)):
-        return "recurrent_activation=%r (the fused kernel implements 'sigmoid' only)" % getattr(
-            cell.recurrent_activation, "__name__", cell.recurrent_activation)
+    reason = (_activation_reason("activation", cell.activation)
+              or _activation_reason("recurrent_activation", cell.recurrent_activation))
+    if reason is not None:
+        return reason
     if cell.recurrent_dropout:
         return "recurrent_dropout=%r (a mask on the state inside every step)" % (
             cell.recurrent_dropout)
     if layer.unroll:
         return "unroll=True (asks for tf_keras' unrolled loop)"
-    if not cell.use_bias and cell.dropout and cell.implementation == 1:
+    if not layer._could_use_gpu_kernel and cell.dropout and cell.implementation == 1:
         # tf_keras' loop then multiplies each gate's input by a mask of its own
-        return ("implementation=1 with use_bias=False and dropout (tf_keras' per-step loop "
-                "draws an input dropout mask per gate)")
+        return ("implementation=1 with dropout where tf_keras runs its per-step loop (it draws "
+                "an input dropout mask per gate there)")
     if not tf.compat.v1.executing_eagerly_outside_functions():
         return "TF1 graph mode (tf_keras runs its per-step loop there)"
     return None
@@ -193,13 +218,14 @@ class SimpleRNN(_FusedCall, tf_keras.layers.SimpleRNN):
 
     @property
     def _rnn_mode(self):
-        return "rnn_relu" if _named(self.cell.activation, ("relu",)) else "rnn_tanh"
+        # cuDNN's own mode for tanh and relu; tf_keras' other activations on rnn_tanh's weights
+        return "rnn_relu" if _activation_name(self.cell.activation) == "relu" else "rnn_tanh"
 
     def _static_fallback_reason(self):
         cell = self.cell
-        if not _named(cell.activation, ("tanh", "relu")):
-            return "activation=%r (the fused kernel implements 'tanh' or 'relu' only)" % getattr(
-                cell.activation, "__name__", cell.activation)
+        reason = _activation_reason("activation", cell.activation)
+        if reason is not None:
+            return reason
         if cell.recurrent_dropout:
             return "recurrent_dropout=%r (a mask on the state inside every step)" % (
                 cell.recurrent_dropout)

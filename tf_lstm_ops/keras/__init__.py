@@ -19,7 +19,8 @@ Layers, one module per group (import them from here):
   ``[2, 3H]``), the same ``get_config`` and the same saved-weights structure:
   ``ours.set_weights(theirs.get_weights())`` and ``ours.load_weights("keras_model.weights.h5")``
   work. Every call runs one fused ``TfLstm>CudnnRNNV3`` op (forward and backward) on the sequence
-  instead of Keras' per-step loop; a call the kernel cannot serve (other activations,
+  instead of Keras' per-step loop; a call the kernel cannot serve (activations outside the fused
+  set of tanh, sigmoid, relu, hard_sigmoid, linear, elu, softsign, silu/swish and gelu,
   ``recurrent_dropout`` while training, ``GRU(reset_after=False)``, ``use_cudnn=False``,
   ``unroll=True``, XLA compilation) runs the Keras class's own implementation, with a warning.
   Masks of any pattern run the fused op. Results, including the outputs at masked steps, equal

@@ -1,11 +1,13 @@
 """``LSTM``, ``GRU``, ``SimpleRNN``: drop-in replacements for ``keras.layers.LSTM``,
 ``keras.layers.GRU(reset_after=True)`` and ``keras.layers.SimpleRNN`` that run one fused
-``TfLstm>CudnnRNNV3`` op (forward and backward) on the sequence instead of Keras' per-step loop.
+``TfLstm>CudnnRNNV3`` op (forward and backward) on the sequence instead of Keras' per-step loop
+(``TfLstm>CudnnRNNV3WithActivations`` with activations other than cuDNN's).
 
 They subclass Keras' layers and keep Keras' cell, so they have the same constructor arguments and
 defaults, the same weight variables and the same ``get_config``; each layer converts its cell's
 ``kernel``, ``recurrent_kernel`` and ``bias`` to the op's cuDNN params buffer at every call. A call
-the fused kernel cannot serve (other activations, ``recurrent_dropout`` while training,
+the fused kernel cannot serve (activations outside the fused set: tanh, sigmoid, relu,
+hard_sigmoid, linear, elu, softsign, silu/swish, gelu; ``recurrent_dropout`` while training,
 ``use_cudnn=False``, ``unroll=True``, ``GRU(reset_after=False)``, a function compiled by XLA) runs
 Keras' own implementation instead (the Keras class's ``inner_loop``), with one warning per layer
 and reason: same results, Keras' speed. Masks of any pattern run the fused op
@@ -18,6 +20,7 @@ import tensorflow as tf
 from tf_lstm_ops._fused_rnn import (
     keras_params,
     keras_rnn_loop,
+    op_activations,
     step_mask,
     warn_fallback,
 )
@@ -44,33 +47,43 @@ def _functions(*names):
     return found
 
 
-_TANH = _functions("tanh")
-_SIGMOID = _functions("sigmoid")
-_RELU = _functions("relu")
+# The Keras 3 functions of each activation the kernel fuses, by the op's name for it
+# (docs/cudnn_rnn.md §4.7). keras.ops.gelu is left out: its default is the tanh approximation.
+_FUSED_ACTIVATIONS = {
+    "tanh": _functions("tanh"),
+    "sigmoid": _functions("sigmoid"),
+    "relu": _functions("relu"),
+    "hard_sigmoid": {keras.activations.hard_sigmoid, keras.ops.hard_sigmoid},
+    "linear": {keras.activations.linear},
+    "elu": _functions("elu"),
+    "softsign": _functions("softsign"),
+    "silu": _functions("silu", "swish"),
+    "gelu": {keras.activations.gelu, tf.nn.gelu},
+}
 
 
 def _activation_name(activation):
+    """The op's name for a Keras activation, or None when the kernel does not fuse it."""
     fn = keras.activations.get(activation)
-    for name, group in (("tanh", _TANH), ("sigmoid", _SIGMOID), ("relu", _RELU)):
+    for name, group in _FUSED_ACTIVATIONS.items():
         if fn in group:
             return name
     return None
 
 
-def _activation_reason(arg, value, allowed):
-    """Why `value` keeps the fused kernel from running (None: it is one the kernel implements)."""
-    if _activation_name(value) in allowed:
+def _activation_reason(arg, value):
+    """Why `value` keeps the fused kernel from running (None: it is one the kernel fuses)."""
+    if _activation_name(value) is not None:
         return None
     shown = getattr(value, "__name__", value)  # Keras' cells hold the function
-    return "%s=%r (the fused kernel implements %s only)" % (
-        arg, shown, " or ".join(repr(a) for a in allowed))
+    return "%s=%r (the fused kernel implements %s)" % (
+        arg, shown, ", ".join(_FUSED_ACTIVATIONS))
 
 
 def _gate_activations_reason(cell):
-    """LSTM and GRU: the kernel computes tanh candidates and sigmoid gates only."""
-    return (_activation_reason("activation", cell.activation, ("tanh",))
-            or _activation_reason("recurrent_activation", cell.recurrent_activation,
-                                  ("sigmoid",)))
+    """LSTM and GRU: both activations must be ones the kernel fuses."""
+    return (_activation_reason("activation", cell.activation)
+            or _activation_reason("recurrent_activation", cell.recurrent_activation))
 
 
 class _FusedRNNMixin(_Keras3Only):
@@ -131,9 +144,14 @@ class _FusedRNNMixin(_Keras3Only):
         lstm = self._rnn_mode == "lstm"
         h0 = tf.cast(initial_state[0], dtype)
         c0 = tf.cast(initial_state[1], dtype) if lstm else None
+        cell = self.cell
+        activations = op_activations(
+            self._rnn_mode, _activation_name(cell.activation),
+            _activation_name(getattr(cell, "recurrent_activation", None))
+            if self._rnn_mode in ("lstm", "gru") else None)
         return keras_rnn_loop(x, h0, c0, self._params(dtype), mask, self._rnn_mode,
                               self.go_backwards, self.return_sequences,
-                              self.zero_output_for_mask, training)
+                              self.zero_output_for_mask, training, activations)
 
 
 @_register
@@ -142,9 +160,9 @@ class LSTM(_FusedRNNMixin, keras.layers.LSTM):
 
     Same arguments, defaults, weights (``kernel [I, 4H]``, ``recurrent_kernel [H, 4H]``,
     ``bias [4H]``, gates i, f, c, o) and results as ``keras.layers.LSTM``. Calls the kernel cannot
-    serve (``activation`` other than tanh, ``recurrent_activation`` other than sigmoid,
-    ``recurrent_dropout`` while training, ``use_cudnn=False``, ``unroll=True``) run
-    ``keras.layers.LSTM``'s own implementation, with a warning.
+    serve (activations outside the fused set, ``recurrent_dropout`` while training,
+    ``use_cudnn=False``, ``unroll=True``) run ``keras.layers.LSTM``'s own implementation, with a
+    warning.
     """
 
     _rnn_mode = "lstm"
@@ -219,9 +237,9 @@ class GRU(_FusedRNNMixin, keras.layers.GRU):
 
     Same arguments, defaults, weights (``kernel [I, 3H]``, ``recurrent_kernel [H, 3H]``,
     ``bias [2, 3H]``, gates z, r, h) and results as ``keras.layers.GRU``. Calls the kernel cannot
-    serve (``reset_after=False``, other activations, ``recurrent_dropout`` while training,
-    ``use_cudnn=False``, ``unroll=True``) run ``keras.layers.GRU``'s own implementation, with a
-    warning.
+    serve (``reset_after=False``, activations outside the fused set, ``recurrent_dropout`` while
+    training, ``use_cudnn=False``, ``unroll=True``) run ``keras.layers.GRU``'s own
+    implementation, with a warning.
     """
 
     _rnn_mode = "gru"
@@ -299,7 +317,7 @@ class SimpleRNN(_FusedRNNMixin, keras.layers.SimpleRNN):
 
     Same arguments, defaults, weights (``kernel [I, H]``, ``recurrent_kernel [H, H]``,
     ``bias [H]``) and results as ``keras.layers.SimpleRNN``. Calls the kernel cannot serve
-    (``activation`` other than tanh or relu, ``recurrent_dropout`` while training, ``unroll=True``)
+    (an activation outside the fused set, ``recurrent_dropout`` while training, ``unroll=True``)
     run ``keras.layers.SimpleRNN``'s own implementation, with a warning.
     """
 
@@ -355,10 +373,10 @@ class SimpleRNN(_FusedRNNMixin, keras.layers.SimpleRNN):
             seed=seed,
             **kwargs,
         )
-        name = _activation_name(activation)
-        self._rnn_mode = "rnn_" + name if name in ("tanh", "relu") else None
+        # cuDNN's own mode for tanh and relu; Keras' other activations on rnn_tanh's weights
+        self._rnn_mode = "rnn_relu" if _activation_name(activation) == "relu" else "rnn_tanh"
         self.supports_jit = False  # the custom op has no XLA kernel
 
     def _static_fallback_reason(self):
         return (super()._static_fallback_reason()
-                or _activation_reason("activation", self.cell.activation, ("tanh", "relu")))
+                or _activation_reason("activation", self.cell.activation))
