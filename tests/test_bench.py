@@ -41,13 +41,11 @@ EXPECTED = {  # contender -> phases, per family (torch is blocked below)
         "tf_block": ("fwd", "bwd", "fwd+bwd"),
         "tf_cell_loop": ("fwd",),
         "keras": ("fwd", "fwd+bwd"),
-        "keras_mask": ("fwd", "fwd+bwd"),
         "keras_fallback": ("fwd", "fwd+bwd"),
     },
     "gru": {
         "ours_cudnn": ("fwd", "bwd", "fwd+bwd"),
         "keras": ("fwd", "fwd+bwd"),
-        "keras_mask": ("fwd", "fwd+bwd"),
         "keras_fallback": ("fwd", "fwd+bwd"),
     },
 }
@@ -109,7 +107,8 @@ def test_help(capsys):
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     for flag in ("--shape", "--dtype", "--family", "--repeats", "--warmup", "--quick", "--json",
-                 "--plot", "--quiet", "--memory", "--torch-path", "--hvp", "--inference"):
+                 "--plot", "--quiet", "--memory", "--torch-path", "--hvp", "--inference",
+                 "--configs"):
         assert flag in out
 
 
@@ -127,6 +126,7 @@ def test_help(capsys):
     ["--plot", "chart.jpg"],
     ["--cooldown", "-1"],
     ["--inference", "--hvp"],
+    ["--configs", "--inference"],
     ["--no-such-flag"],
 ])
 def test_bad_arguments_are_usage_errors(argv, capsys):
@@ -164,6 +164,20 @@ def test_hvp_contenders_run_only_when_asked_for():
         "ours_block", "ours_block_hvp"}
     args = bench.parse_args(["--hvp", "--contenders", "keras_hvp", "--baseline", "keras_hvp"])
     assert args.contenders == ["keras_hvp"] and args.baseline == "keras_hvp"
+
+
+def test_configs_mode_runs_the_configurations_beside_our_layer(tmp_path):
+    from tf_lstm_ops.bench.contenders import CONFIG_CONTENDERS
+
+    args = bench.parse_args(["--configs"])
+    assert args.contenders == list(CONFIG_CONTENDERS) and args.baseline == "ours_keras"
+    if not HAVE_OURS_KERAS:
+        return
+    report = _quick_report(tmp_path, ["--configs", "--family", "lstm"])[0]
+    rows = {(r["contender"], r["phase"]) for r in report["results"] if r.get("median_ms")}
+    for key in CONFIG_CONTENDERS:
+        if "reset_before" not in key:  # GRU only
+            assert (key, "fwd+bwd") in rows, key
 
 
 def test_inference_contenders_run_only_when_asked_for():

@@ -15,6 +15,8 @@ from tf_lstm_ops.bench.contenders import (
     DEFAULT_BASELINE,
     DTYPES,
     FAMILIES,
+    CONFIG_BASELINE,
+    CONFIG_CONTENDERS,
     HVP_CONTENDERS,
     INFERENCE_BASELINE,
     INFERENCE_CONTENDERS,
@@ -153,6 +155,14 @@ def build_parser():
                            "default shapes and a streaming step %s)"
                            % (",".join(INFERENCE_CONTENDERS), INFERENCE_BASELINE,
                               ",".join(map(str, STREAMING_SHAPE))))
+    mode.add_argument("--configs", action="store_true",
+                      help="time fwd and fwd+bwd of Keras' configurations beyond the defaults "
+                           "(a pre-padded mask, activation='relu', which our layers fuse; "
+                           "recurrent_dropout=0.2 while training and GRU(reset_after=False), "
+                           "which they run as Keras' loop), ours and keras.layers', beside our "
+                           "default layer (contenders %s unless --contenders is given; baseline "
+                           "%s)"
+                           % (",".join(CONFIG_CONTENDERS), CONFIG_BASELINE))
     parser.add_argument("--baseline", metavar="KEY", choices=CONTENDER_KEYS,
                         help="contender the speedup column divides by (default ours_block for "
                              "lstm, ours_cudnn for gru, --hvp's and --inference's above; the "
@@ -219,6 +229,11 @@ def parse_args(argv=None):
             args.contenders = list(INFERENCE_CONTENDERS)
         if args.baseline is None:
             args.baseline = INFERENCE_BASELINE
+    if args.configs:
+        if args.contenders is None:
+            args.contenders = list(CONFIG_CONTENDERS)
+        if args.baseline is None:
+            args.baseline = CONFIG_BASELINE
     if args.contenders is not None:
         args.contenders = list(dict.fromkeys(args.contenders))
         if not any(contenders_for(f, args.contenders) for f in args.families):

@@ -335,6 +335,34 @@ def build_keras_mask(case):
     return _keras_phases(_keras_layer(case), case, with_mask=True, **extra)
 
 
+def build_ours_keras_relu(case):
+    return _keras_phases(_ours_keras_layer(case), case, activation="relu")
+
+
+def build_keras_relu(case):
+    extra = {} if case.family == "lstm" else dict(reset_after=True)
+    return _keras_phases(_keras_layer(case), case, activation="relu", **extra)
+
+
+# Configurations our layers do not fuse yet (they run Keras' loop, with a warning): measured so
+# that the gap is in the table.
+def build_ours_keras_recurrent_dropout(case):
+    return _keras_phases(_ours_keras_layer(case), case, recurrent_dropout=0.2, seed=1)
+
+
+def build_keras_recurrent_dropout(case):
+    extra = {} if case.family == "lstm" else dict(reset_after=True)
+    return _keras_phases(_keras_layer(case), case, recurrent_dropout=0.2, seed=1, **extra)
+
+
+def build_ours_keras_reset_before(case):
+    return _keras_phases(_ours_keras_layer(case), case, reset_after=False)
+
+
+def build_keras_reset_before(case):
+    return _keras_phases(_keras_layer(case), case, reset_after=False)
+
+
 def build_ours_keras_fallback(case):
     # use_cudnn=False: a configuration our layer hands to Keras' own loop (with a warning)
     import logging
@@ -635,7 +663,16 @@ CONTENDERS = (
               build_tf_cell_loop, dtypes=HALF_FLOAT),
     Contender("keras", "lstm", "keras.layers.LSTM", ("fwd", "fwd+bwd"), build_keras),
     Contender("keras_mask", "lstm", "keras.layers.LSTM, pre-padded mask", ("fwd", "fwd+bwd"),
-              build_keras_mask),
+              build_keras_mask, opt_in=True),
+    Contender("ours_keras_relu", "lstm", "ours keras.LSTM(activation='relu')", ("fwd", "fwd+bwd"),
+              build_ours_keras_relu, ours=True, needs="ours_keras", opt_in=True),
+    Contender("keras_relu", "lstm", "keras.layers.LSTM(activation='relu')", ("fwd", "fwd+bwd"),
+              build_keras_relu, opt_in=True),
+    Contender("ours_keras_recurrent_dropout", "lstm", "ours keras.LSTM(recurrent_dropout=0.2)",
+              ("fwd+bwd",), build_ours_keras_recurrent_dropout, ours=True, needs="ours_keras",
+              opt_in=True),
+    Contender("keras_recurrent_dropout", "lstm", "keras.layers.LSTM(recurrent_dropout=0.2)",
+              ("fwd+bwd",), build_keras_recurrent_dropout, opt_in=True),
     Contender("keras_fallback", "lstm", "keras.layers.LSTM(use_cudnn=False)", ("fwd", "fwd+bwd"),
               build_keras_fallback),
     Contender("torch", "lstm", "torch.nn.LSTM", PHASES, build_torch, needs="torch"),
@@ -654,7 +691,21 @@ CONTENDERS = (
               build_ours_keras_fallback, ours=True, needs="ours_keras"),
     Contender("keras", "gru", "keras.layers.GRU", ("fwd", "fwd+bwd"), build_keras),
     Contender("keras_mask", "gru", "keras.layers.GRU, pre-padded mask", ("fwd", "fwd+bwd"),
-              build_keras_mask),
+              build_keras_mask, opt_in=True),
+    Contender("ours_keras_relu", "gru", "ours keras.GRU(activation='relu')", ("fwd", "fwd+bwd"),
+              build_ours_keras_relu, ours=True, needs="ours_keras", opt_in=True),
+    Contender("keras_relu", "gru", "keras.layers.GRU(activation='relu')", ("fwd", "fwd+bwd"),
+              build_keras_relu, opt_in=True),
+    Contender("ours_keras_recurrent_dropout", "gru", "ours keras.GRU(recurrent_dropout=0.2)",
+              ("fwd+bwd",), build_ours_keras_recurrent_dropout, ours=True, needs="ours_keras",
+              opt_in=True),
+    Contender("keras_recurrent_dropout", "gru", "keras.layers.GRU(recurrent_dropout=0.2)",
+              ("fwd+bwd",), build_keras_recurrent_dropout, opt_in=True),
+    Contender("ours_keras_reset_before", "gru", "ours keras.GRU(reset_after=False)",
+              ("fwd", "fwd+bwd"), build_ours_keras_reset_before, ours=True, needs="ours_keras",
+              opt_in=True),
+    Contender("keras_reset_before", "gru", "keras.layers.GRU(reset_after=False)",
+              ("fwd", "fwd+bwd"), build_keras_reset_before, opt_in=True),
     Contender("keras_fallback", "gru", "keras.layers.GRU(use_cudnn=False)", ("fwd", "fwd+bwd"),
               build_keras_fallback),
     Contender("torch", "gru", "torch.nn.GRU", PHASES, build_torch, needs="torch"),
@@ -668,6 +719,12 @@ HVP_CONTENDERS = ("ours_block", "ours_cudnn", "ours_keras", "ours_block_hvp", "o
 INFERENCE_CONTENDERS = ("ours_block_inf", "ours_cudnn_inf", "ours_keras_inf", "keras_inf",
                         "tflite_inf", "torch_inf")
 INFERENCE_BASELINE = "ours_keras_inf"
+# What --configs runs: Keras' configurations beyond the defaults that our layers fuse, ours and
+# Keras', beside our default-configuration layer (the baseline).
+CONFIG_CONTENDERS = ("ours_keras", "ours_keras_mask", "keras_mask", "ours_keras_relu",
+                     "keras_relu", "ours_keras_recurrent_dropout", "keras_recurrent_dropout",
+                     "ours_keras_reset_before", "keras_reset_before")
+CONFIG_BASELINE = "ours_keras"
 DEFAULT_BASELINE = {"lstm": "ours_block", "gru": "ours_cudnn"}
 CONTENDER_KEYS = tuple(dict.fromkeys(c.key for c in CONTENDERS))
 UNSUPPORTED_NOTES = {"tf_block": "TF registers BlockLSTMV2/GradV2 CPU kernels for half and float32"
