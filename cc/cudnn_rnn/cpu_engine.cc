@@ -315,7 +315,7 @@ void ForwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vector
     if (m.custom_activations) {
       const bool lstm = m.mode == RnnMode::kLstm;
       A* out = lstm && m.has_proj() ? m_buf + b * H + j0 : h_out + b * Hr + j0;
-      ForwardRowAny<A, Math>(m, n, x_side, h_side, h_prev + b * Hr + j0,
+      ForwardRowAny<A, Math>(m, n, x_side, h_side, lstm ? nullptr : h_prev + b * Hr + j0,
                              lstm ? c_prev + b * H + j0 : nullptr,
                              lstm ? pl.c + (t * B + b) * H + j0 : nullptr, out, saved_row);
     } else if (m.mode == RnnMode::kLstm) {  // gates i, f, c, o: lstm_cell.h's IFCO layout
@@ -600,7 +600,8 @@ void BackwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vecto
       BackwardRowAny<A, Math>(
           m, n, pl.gates + (t * B + b) * SavedGatesOf(m.mode) * H + j0,
           lstm ? pl.c + (t * B + b) * H + j0 : nullptr, lstm ? c_prev + b * H + j0 : nullptr,
-          h_prev + b * Hr + j0, lstm && m.has_proj() ? buf.dm + b * H + j0 : dh_row,
+          lstm ? nullptr : h_prev + b * Hr + j0,
+          lstm && m.has_proj() ? buf.dm + b * H + j0 : dh_row,
           lstm ? buf.dc + b * H + j0 : nullptr, gx_row, gh_row,
           gru ? buf.direct + b * Hr + j0 : nullptr, m_row);
     } else if (m.mode == RnnMode::kLstm) {
