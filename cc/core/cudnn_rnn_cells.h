@@ -92,6 +92,25 @@ TF_LSTM_HOST_DEVICE inline Acc SimpleRnnBackward(bool relu, Acc h, Acc dh) {
   return relu ? (h > Acc(0) ? dh : Acc(0)) : dh * (Acc(1) - h * h);
 }
 
+// Element j's gate gradients into the dgates rows ([G][H] blocks) the products read: LSTM's one
+// row; GRU's input-side gx and recurrent-side gh, equal but for the candidate (times r there).
+template <typename A>
+TF_LSTM_HOST_DEVICE inline void StoreLstmGateGradients(const CellGradients<A>& g, int64_t H,
+                                                       int64_t j, A* gx) {
+  gx[j] = g.d_i;
+  gx[H + j] = g.d_f;
+  gx[2 * H + j] = g.d_c;
+  gx[3 * H + j] = g.d_o;
+}
+template <typename A>
+TF_LSTM_HOST_DEVICE inline void StoreGruGateGradients(const GruGradients<A>& g, int64_t H,
+                                                      int64_t j, A* gx, A* gh) {
+  gx[j] = gh[j] = g.d_r;
+  gx[H + j] = gh[H + j] = g.d_u;
+  gx[2 * H + j] = g.d_xc;
+  gh[2 * H + j] = g.d_hc;
+}
+
 // ---- Cells with Keras' activations (docs/cudnn_rnn.md §4.7) ------------------------------------
 // `act` is the candidate's (and LSTM's output's) activation, `rec` the gates'. The saved gates
 // hold the pre-activations (LSTM a_i, a_f, a_c, a_o; GRU a_r, a_u, a_n = x_c + r·h_c and h_c;

@@ -238,10 +238,7 @@ void BackwardRowAny(const RnnModel& m, int64_t n, const A* saved, const A* c_row
       const CellGradients<A> g = LstmAnyBackward(
           v[j], v[n + j], v[2 * n + j], v[3 * n + j], s[j], s[n + j], s[2 * n + j],
           s[3 * n + j], co[j], sco[j], c_in[j], dc[j], dh[j]);
-      gx[j] = g.d_i;
-      gx[H + j] = g.d_f;
-      gx[2 * H + j] = g.d_c;
-      gx[3 * H + j] = g.d_o;
+      StoreLstmGateGradients(g, H, j, gx);
       dc[j] = g.cs_prev_grad;
       if (m_row) m_row[j] = v[3 * n + j] * co[j];
     }
@@ -254,10 +251,7 @@ void BackwardRowAny(const RnnModel& m, int64_t n, const A* saved, const A* c_row
       const GruGradients<A> g =
           GruAnyBackward(v[j], v[n + j], v[2 * n + j], s[j], s[n + j], s[2 * n + j],
                          saved[3 * H + j], h_in[j], dh[j]);
-      gx[j] = gh[j] = g.d_r;
-      gx[H + j] = gh[H + j] = g.d_u;
-      gx[2 * H + j] = g.d_xc;
-      gh[2 * H + j] = g.d_hc;
+      StoreGruGateGradients(g, H, j, gx, gh);
       direct[j] = g.h_prev_direct;
     }
   } else {
@@ -616,10 +610,7 @@ void BackwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vecto
         const A co = Math::Tanh(c_row[j]);
         const CellGradients<A> g =
             CudnnLstmBackward(saved, H, j, c_row[j], co, c_in[j], dc_row[j], dm_row[j]);
-        gx_row[j] = g.d_i;
-        gx_row[H + j] = g.d_f;
-        gx_row[2 * H + j] = g.d_c;
-        gx_row[3 * H + j] = g.d_o;
+        StoreLstmGateGradients(g, H, j, gx_row);
         dc_row[j] = g.cs_prev_grad;
         if (m_row) m_row[j] = saved[3 * H + j] * co;  // m = o * tanh(c), for dPmat
       }
@@ -632,10 +623,7 @@ void BackwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vecto
         const GruActivations<A> a{saved[j], saved[H + j], saved[2 * H + j], saved[3 * H + j],
                                   A(0)};
         const GruGradients<A> g = GruBackward<A>(a, h_in[j], dh_row[j]);
-        gx_row[j] = gh_row[j] = g.d_r;
-        gx_row[H + j] = gh_row[H + j] = g.d_u;
-        gx_row[2 * H + j] = g.d_xc;
-        gh_row[2 * H + j] = g.d_hc;
+        StoreGruGateGradients(g, H, j, gx_row, gh_row);
         direct_row[j] = g.h_prev_direct;
       }
     } else {

@@ -481,10 +481,7 @@ struct LstmBackFn {
       gr = CudnnLstmBackward(s, H, j, c[i], co, c_prev[i], dc[i], dm_j);
       m_j = s[3 * H + j] * co;  // m = o * tanh(c)
     }
-    g[j] = gr.d_i;
-    g[H + j] = gr.d_f;
-    g[2 * H + j] = gr.d_c;
-    g[3 * H + j] = gr.d_o;
+    StoreLstmGateGradients(gr, H, j, g);
     dc[i] = gr.cs_prev_grad;
     if (m_seq != nullptr) m_seq[i] = m_j;
   }
@@ -517,10 +514,7 @@ struct GruBackFn {
                                   ? GruAnyBackwardAt<A, Math>(acts.act, acts.rec, s, H, j,
                                                               h_prev[i], dh)
                                   : GruBackward<A>(a, h_prev[i], dh);
-    x_row[j] = h_row[j] = g.d_r;
-    x_row[H + j] = h_row[H + j] = g.d_u;
-    x_row[2 * H + j] = g.d_xc;
-    h_row[2 * H + j] = g.d_hc;
+    StoreGruGateGradients(g, H, j, x_row, h_row);
     direct[i] = g.h_prev_direct;
   }
 };

@@ -2,6 +2,7 @@
 and the contenders, each a builder that returns one callable per phase it times (Skip when it
 cannot run a case)."""
 
+import functools
 import math
 
 from tf_lstm_ops.bench._common import _first_line, _force, _function
@@ -335,32 +336,38 @@ def build_keras_mask(case):
     return _keras_phases(_keras_layer(case), case, with_mask=True, **extra)
 
 
-def build_ours_keras_relu(case):
-    return _keras_phases(_ours_keras_layer(case), case, activation="relu")
+# --configs: each configuration on our layer and on Keras' (key suffix -> the label's argument,
+# the layer's arguments, the phases, the families). Those our layers do not fuse yet run Keras'
+# loop there (with a warning): measured so that the gap is in the table.
+_CONFIGS = {
+    "relu": ("activation='relu'", dict(activation="relu"), ("fwd", "fwd+bwd"), ("lstm", "gru")),
+    "recurrent_dropout": ("recurrent_dropout=0.2", dict(recurrent_dropout=0.2, seed=1),
+                          ("fwd+bwd",), ("lstm", "gru")),
+    "reset_before": ("reset_after=False", dict(reset_after=False), ("fwd", "fwd+bwd"), ("gru",)),
+}
 
 
-def build_keras_relu(case):
-    extra = {} if case.family == "lstm" else dict(reset_after=True)
-    return _keras_phases(_keras_layer(case), case, activation="relu", **extra)
+def _build_config(ours, layer_kwargs, case):
+    layer = _ours_keras_layer(case) if ours else _keras_layer(case)
+    return _keras_phases(layer, case, **layer_kwargs)
 
 
-# Configurations our layers do not fuse yet (they run Keras' loop, with a warning): measured so
-# that the gap is in the table.
-def build_ours_keras_recurrent_dropout(case):
-    return _keras_phases(_ours_keras_layer(case), case, recurrent_dropout=0.2, seed=1)
-
-
-def build_keras_recurrent_dropout(case):
-    extra = {} if case.family == "lstm" else dict(reset_after=True)
-    return _keras_phases(_keras_layer(case), case, recurrent_dropout=0.2, seed=1, **extra)
-
-
-def build_ours_keras_reset_before(case):
-    return _keras_phases(_ours_keras_layer(case), case, reset_after=False)
-
-
-def build_keras_reset_before(case):
-    return _keras_phases(_keras_layer(case), case, reset_after=False)
+def _config_contenders(family, layer_name):
+    """--configs' contenders of a family beyond ours_keras and ours_keras_mask (default ones)."""
+    out = [Contender("keras_mask", family, "keras.layers.%s, pre-padded mask" % layer_name,
+                     ("fwd", "fwd+bwd"), build_keras_mask, opt_in=True)]
+    for suffix, (label, layer_kwargs, phases, families) in _CONFIGS.items():
+        if family not in families:
+            continue
+        out.append(Contender("ours_keras_" + suffix, family,
+                             "ours keras.%s(%s)" % (layer_name, label), phases,
+                             functools.partial(_build_config, True, layer_kwargs), ours=True,
+                             needs="ours_keras", opt_in=True))
+        out.append(Contender("keras_" + suffix, family,
+                             "keras.layers.%s(%s)" % (layer_name, label), phases,
+                             functools.partial(_build_config, False, layer_kwargs),
+                             opt_in=True))
+    return tuple(out)
 
 
 def build_ours_keras_fallback(case):
@@ -662,17 +669,7 @@ CONTENDERS = (
     Contender("tf_cell_loop", "lstm", "tf.raw_ops LSTMBlockCell loop", ("fwd",),
               build_tf_cell_loop, dtypes=HALF_FLOAT),
     Contender("keras", "lstm", "keras.layers.LSTM", ("fwd", "fwd+bwd"), build_keras),
-    Contender("keras_mask", "lstm", "keras.layers.LSTM, pre-padded mask", ("fwd", "fwd+bwd"),
-              build_keras_mask, opt_in=True),
-    Contender("ours_keras_relu", "lstm", "ours keras.LSTM(activation='relu')", ("fwd", "fwd+bwd"),
-              build_ours_keras_relu, ours=True, needs="ours_keras", opt_in=True),
-    Contender("keras_relu", "lstm", "keras.layers.LSTM(activation='relu')", ("fwd", "fwd+bwd"),
-              build_keras_relu, opt_in=True),
-    Contender("ours_keras_recurrent_dropout", "lstm", "ours keras.LSTM(recurrent_dropout=0.2)",
-              ("fwd+bwd",), build_ours_keras_recurrent_dropout, ours=True, needs="ours_keras",
-              opt_in=True),
-    Contender("keras_recurrent_dropout", "lstm", "keras.layers.LSTM(recurrent_dropout=0.2)",
-              ("fwd+bwd",), build_keras_recurrent_dropout, opt_in=True),
+    *_config_contenders("lstm", "LSTM"),
     Contender("keras_fallback", "lstm", "keras.layers.LSTM(use_cudnn=False)", ("fwd", "fwd+bwd"),
               build_keras_fallback),
     Contender("torch", "lstm", "torch.nn.LSTM", PHASES, build_torch, needs="torch"),
@@ -690,22 +687,7 @@ CONTENDERS = (
     Contender("ours_keras_fallback", "gru", "ours keras.GRU(use_cudnn=False)", ("fwd", "fwd+bwd"),
               build_ours_keras_fallback, ours=True, needs="ours_keras"),
     Contender("keras", "gru", "keras.layers.GRU", ("fwd", "fwd+bwd"), build_keras),
-    Contender("keras_mask", "gru", "keras.layers.GRU, pre-padded mask", ("fwd", "fwd+bwd"),
-              build_keras_mask, opt_in=True),
-    Contender("ours_keras_relu", "gru", "ours keras.GRU(activation='relu')", ("fwd", "fwd+bwd"),
-              build_ours_keras_relu, ours=True, needs="ours_keras", opt_in=True),
-    Contender("keras_relu", "gru", "keras.layers.GRU(activation='relu')", ("fwd", "fwd+bwd"),
-              build_keras_relu, opt_in=True),
-    Contender("ours_keras_recurrent_dropout", "gru", "ours keras.GRU(recurrent_dropout=0.2)",
-              ("fwd+bwd",), build_ours_keras_recurrent_dropout, ours=True, needs="ours_keras",
-              opt_in=True),
-    Contender("keras_recurrent_dropout", "gru", "keras.layers.GRU(recurrent_dropout=0.2)",
-              ("fwd+bwd",), build_keras_recurrent_dropout, opt_in=True),
-    Contender("ours_keras_reset_before", "gru", "ours keras.GRU(reset_after=False)",
-              ("fwd", "fwd+bwd"), build_ours_keras_reset_before, ours=True, needs="ours_keras",
-              opt_in=True),
-    Contender("keras_reset_before", "gru", "keras.layers.GRU(reset_after=False)",
-              ("fwd", "fwd+bwd"), build_keras_reset_before, opt_in=True),
+    *_config_contenders("gru", "GRU"),
     Contender("keras_fallback", "gru", "keras.layers.GRU(use_cudnn=False)", ("fwd", "fwd+bwd"),
               build_keras_fallback),
     Contender("torch", "gru", "torch.nn.GRU", PHASES, build_torch, needs="torch"),

@@ -74,6 +74,39 @@ absl::Status ScalarInputs(InferenceContext* c) {
   .Attr(kMode).Attr(kInputMode).Attr(kDirection).Attr("dropout: float = 0.0").Attr( \
       "seed: int = 0").Attr("seed2: int = 0")
 
+// V3's inputs and outputs (and those of its Backprop), shared by the *WithActivations ops.
+#define TF_LSTM_RNN_V3_FORWARD_IO \
+  .Input("input: T") \
+  .Input("input_h: T") \
+  .Input("input_c: T") \
+  .Input("params: T") \
+  .Input("sequence_lengths: int32") \
+  .SetIsStateful() \
+  .Output("output: T") \
+  .Output("output_h: T") \
+  .Output("output_c: T") \
+  .Output("reserve_space: T") \
+  .Output("host_reserved: int8")
+#define TF_LSTM_RNN_V3_BACKPROP_IO \
+  .Input("input: T") \
+  .Input("input_h: T") \
+  .Input("input_c: T") \
+  .Input("params: T") \
+  .Input("sequence_lengths: int32") \
+  .Input("output: T") \
+  .Input("output_h: T") \
+  .Input("output_c: T") \
+  .Input("output_backprop: T") \
+  .Input("output_h_backprop: T") \
+  .Input("output_c_backprop: T") \
+  .Input("reserve_space: T") \
+  .Input("host_reserved: int8") \
+  .SetIsStateful() \
+  .Output("input_backprop: T") \
+  .Output("input_h_backprop: T") \
+  .Output("input_c_backprop: T") \
+  .Output("params_backprop: T")
+
 REGISTER_OP("TfLstm>CudnnRNN")
     .Input("input: T")
     .Input("input_h: T")
@@ -102,17 +135,7 @@ REGISTER_OP("TfLstm>CudnnRNNV2")
     .SetShapeFn([](InferenceContext* c) { return ForwardShape(c, false); });
 
 REGISTER_OP("TfLstm>CudnnRNNV3")
-    .Input("input: T")
-    .Input("input_h: T")
-    .Input("input_c: T")
-    .Input("params: T")
-    .Input("sequence_lengths: int32")
-    .SetIsStateful()
-    .Output("output: T")
-    .Output("output_h: T")
-    .Output("output_c: T")
-    .Output("reserve_space: T")
-    .Output("host_reserved: int8")
+    TF_LSTM_RNN_V3_FORWARD_IO
     .Attr(kTypes) TF_LSTM_RNN_COMMON_ATTRS.Attr("num_proj: int = 0")
     .Attr("is_training: bool = true")
     .Attr("time_major: bool = true")
@@ -160,24 +183,7 @@ REGISTER_OP("TfLstm>CudnnRNNBackpropV2")
     .SetShapeFn(BackpropShape);
 
 REGISTER_OP("TfLstm>CudnnRNNBackpropV3")
-    .Input("input: T")
-    .Input("input_h: T")
-    .Input("input_c: T")
-    .Input("params: T")
-    .Input("sequence_lengths: int32")
-    .Input("output: T")
-    .Input("output_h: T")
-    .Input("output_c: T")
-    .Input("output_backprop: T")
-    .Input("output_h_backprop: T")
-    .Input("output_c_backprop: T")
-    .Input("reserve_space: T")
-    .Input("host_reserved: int8")
-    .SetIsStateful()
-    .Output("input_backprop: T")
-    .Output("input_h_backprop: T")
-    .Output("input_c_backprop: T")
-    .Output("params_backprop: T")
+    TF_LSTM_RNN_V3_BACKPROP_IO
     .Attr(kTypes) TF_LSTM_RNN_COMMON_ATTRS.Attr("num_proj: int = 0")
     .Attr("time_major: bool = true")
     .SetShapeFn(BackpropShape);
@@ -191,41 +197,14 @@ REGISTER_OP("TfLstm>CudnnRNNBackpropV3")
   .Attr("activation: string = ''").Attr("recurrent_activation: string = ''")
 
 REGISTER_OP("TfLstm>CudnnRNNV3WithActivations")
-    .Input("input: T")
-    .Input("input_h: T")
-    .Input("input_c: T")
-    .Input("params: T")
-    .Input("sequence_lengths: int32")
-    .SetIsStateful()
-    .Output("output: T")
-    .Output("output_h: T")
-    .Output("output_c: T")
-    .Output("reserve_space: T")
-    .Output("host_reserved: int8")
+    TF_LSTM_RNN_V3_FORWARD_IO
     .Attr(kTypes) TF_LSTM_RNN_COMMON_ATTRS.Attr("num_proj: int = 0")
     .Attr("is_training: bool = true")
     .Attr("time_major: bool = true") TF_LSTM_RNN_ACTIVATION_ATTRS
     .SetShapeFn([](InferenceContext* c) { return ForwardShape(c, true); });
 
 REGISTER_OP("TfLstm>CudnnRNNBackpropV3WithActivations")
-    .Input("input: T")
-    .Input("input_h: T")
-    .Input("input_c: T")
-    .Input("params: T")
-    .Input("sequence_lengths: int32")
-    .Input("output: T")
-    .Input("output_h: T")
-    .Input("output_c: T")
-    .Input("output_backprop: T")
-    .Input("output_h_backprop: T")
-    .Input("output_c_backprop: T")
-    .Input("reserve_space: T")
-    .Input("host_reserved: int8")
-    .SetIsStateful()
-    .Output("input_backprop: T")
-    .Output("input_h_backprop: T")
-    .Output("input_c_backprop: T")
-    .Output("params_backprop: T")
+    TF_LSTM_RNN_V3_BACKPROP_IO
     .Attr(kTypes) TF_LSTM_RNN_COMMON_ATTRS.Attr("num_proj: int = 0")
     .Attr("time_major: bool = true") TF_LSTM_RNN_ACTIVATION_ATTRS
     .SetShapeFn(BackpropShape);
