@@ -196,3 +196,25 @@ def test_first_and_second_order_gradients_in_float64(rng, cfg):
         theoretical, numerical = tf.test.compute_gradient(fn, [x0, h0, p0], delta=1e-6)
         for t, n in zip(theoretical, numerical):
             np.testing.assert_allclose(t, n, atol=2e-6, rtol=1e-5, err_msg=fn.__name__)
+
+
+def _v3_forward_cases():
+    from test_cudnn_validation import FORWARD_CASES
+
+    return [c for c in FORWARD_CASES if c[1] == 3]
+
+
+V3_CASES = _v3_forward_cases()
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("case", V3_CASES, ids=[c[0] for c in V3_CASES])
+def test_every_bad_v3_input_is_rejected_with_activations_too(case, mode):
+    """The op validates as V3 (tests/test_cudnn_validation.py's cases, each one bad input or
+    attribute), eagerly and in a tf.function with unknown shapes: an InvalidArgumentError
+    naming it."""
+    from test_cudnn_validation import expect_invalid
+
+    _, version, build, names = case
+    kwargs = dict(build(version), activation="elu")
+    expect_invalid(op("CudnnRNNV3WithActivations"), kwargs, mode, names)
