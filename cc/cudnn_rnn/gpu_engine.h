@@ -471,15 +471,15 @@ struct LstmBackFn {
       return;
     }
     const A* s = saved + b * kSavedGates * H;
-    A co = A(0), m_j = A(0);
+    A m_j;  // m = o * act(c)
     CellGradients<A> gr;
     if (acts.custom) {
       gr = LstmAnyBackwardAt<A, Math>(acts.act, acts.rec, s, H, j, c[i], c_prev[i], dc[i], dm_j,
                                       &m_j);
     } else {
-      co = Math::Tanh(c[i]);
+      const A co = Math::Tanh(c[i]);
       gr = CudnnLstmBackward(s, H, j, c[i], co, c_prev[i], dc[i], dm_j);
-      m_j = s[3 * H + j] * co;  // m = o * tanh(c)
+      m_j = s[3 * H + j] * co;
     }
     StoreLstmGateGradients(gr, H, j, g);
     dc[i] = gr.cs_prev_grad;
@@ -509,11 +509,11 @@ struct GruBackFn {
     }
     const A dh = v + dy_t[b * DHr + j];
     const A* s = saved + b * kSavedGates * H;
-    const GruActivations<A> a{s[j], s[H + j], s[2 * H + j], s[3 * H + j], A(0)};
-    const GruGradients<A> g = acts.custom
-                                  ? GruAnyBackwardAt<A, Math>(acts.act, acts.rec, s, H, j,
-                                                              h_prev[i], dh)
-                                  : GruBackward<A>(a, h_prev[i], dh);
+    const GruGradients<A> g =
+        acts.custom ? GruAnyBackwardAt<A, Math>(acts.act, acts.rec, s, H, j, h_prev[i], dh)
+                    : GruBackward<A>(GruActivations<A>{s[j], s[H + j], s[2 * H + j],
+                                                       s[3 * H + j], A(0)},
+                                     h_prev[i], dh);
     StoreGruGateGradients(g, H, j, x_row, h_row);
     direct[i] = g.h_prev_direct;
   }
