@@ -218,3 +218,29 @@ def test_every_bad_v3_input_is_rejected_with_activations_too(case, mode):
     _, version, build, names = case
     kwargs = dict(build(version), activation="elu")
     expect_invalid(op("CudnnRNNV3WithActivations"), kwargs, mode, names)
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("sizes", [(0, 2, 3, 4), (3, 0, 3, 4), (3, 2, 0, 4), (3, 2, 3, 0)],
+                         ids=["T0", "B0", "I0", "H0"])
+@pytest.mark.parametrize("rnn_mode", ["lstm", "gru", "rnn_tanh"])
+def test_empty_dimensions_are_valid_with_activations(rnn_mode, sizes, mode):
+    """Empty time, batch, input or units: correctly shaped results, the final states the
+    initial ones where nothing runs, and a backprop of the right shapes (never an error)."""
+    from test_cudnn_validation import call
+
+    T_, B_, I_, H_ = sizes
+    cfg = R.Cfg(rnn_mode, 1, H_, I_, activation="silu",
+                recurrent_activation="hard_sigmoid" if rnn_mode != "rnn_tanh" else "")
+    inputs = R.random_inputs(np.random.default_rng(0), cfg, T_, B_)
+    c = inputs["input_c"] if cfg.is_lstm else np.zeros(())
+    kw = dict(input=tf.constant(inputs["input"], tf.float32),
+              input_h=tf.constant(inputs["input_h"], tf.float32), input_c=tf.constant(c, tf.float32),
+              params=tf.constant(inputs["params"], tf.float32),
+              sequence_lengths=tf.constant([T_] * B_, tf.int32), rnn_mode=rnn_mode,
+              activation=cfg.activation, recurrent_activation=cfg.recurrent_activation)
+    out = call(op("CudnnRNNV3WithActivations"), kw, mode)
+    want = R.forward(cfg, inputs["input"], inputs["input_h"], inputs["input_c"],
+                     inputs["params"], [T_] * B_)
+    for name in ("output", "output_h"):
+        np.testing.assert_allclose(np.asarray(getattr(out, name)), want[name], atol=1e-5)
