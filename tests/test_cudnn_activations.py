@@ -1,4 +1,4 @@
-"""CudnnRNNV3WithActivations and its Backprop (docs/cudnn_rnn.md §4.7): the CudnnRNN cells with
+"""CudnnRNNV3Keras and its Backprop (docs/cudnn_rnn.md §4.7): the CudnnRNN cells with
 Keras' element-wise activations, against the float64 NumPy reference written from the semantics
 (tools/references/cudnn_rnn.py), in every mode, multi-layer, bidirectional, with projection,
 sequence lengths and both layouts; float32; tf.test.compute_gradient in float64 (first order,
@@ -22,7 +22,7 @@ def op(name):
 
 
 def run_forward(cfg, inputs, lengths, time_major, dtype, is_training=True):
-    f = op("CudnnRNNV3WithActivations")
+    f = op("CudnnRNNV3Keras")
     c = inputs["input_c"] if cfg.is_lstm else np.zeros(())
     return f(input=tf.constant(inputs["input"], dtype), input_h=tf.constant(inputs["input_h"], dtype),
              input_c=tf.constant(c, dtype), params=tf.constant(inputs["params"], dtype),
@@ -33,7 +33,7 @@ def run_forward(cfg, inputs, lengths, time_major, dtype, is_training=True):
 
 
 def run_backward(cfg, inputs, lengths, time_major, dtype, out, cot):
-    b = op("CudnnRNNBackpropV3WithActivations")
+    b = op("CudnnRNNBackpropV3Keras")
     c = inputs["input_c"] if cfg.is_lstm else np.zeros(())
     dc = cot["dc"] if cfg.is_lstm else np.zeros(())
     return b(input=tf.constant(inputs["input"], dtype), input_h=tf.constant(inputs["input_h"], dtype),
@@ -156,7 +156,7 @@ def test_bad_activation_attrs_name_the_attribute(attrs, match):
                 params=tf.zeros([200]), sequence_lengths=tf.constant([2]), rnn_mode="lstm")
     args.update(attrs)
     with pytest.raises(tf.errors.InvalidArgumentError, match=match):
-        op("CudnnRNNV3WithActivations")(**args)
+        op("CudnnRNNV3Keras")(**args)
 
 
 GRAD_CASES = [
@@ -181,7 +181,7 @@ def test_first_and_second_order_gradients_in_float64(rng, cfg):
     dy = tf.constant(rng.uniform(-1, 1, (3, 2, 3)))
 
     def loss(x, h, p):
-        out = op("CudnnRNNV3WithActivations")(input=x, input_h=h, input_c=c0, params=p,
+        out = op("CudnnRNNV3Keras")(input=x, input_h=h, input_c=c0, params=p,
                                                sequence_lengths=lengths, **attrs)
         return tf.reduce_sum(out.output * dy) + tf.reduce_sum(out.output_h ** 2)
 
@@ -217,7 +217,7 @@ def test_every_bad_v3_input_is_rejected_with_activations_too(case, mode):
 
     _, version, build, names = case
     kwargs = dict(build(version), activation="elu")
-    expect_invalid(op("CudnnRNNV3WithActivations"), kwargs, mode, names)
+    expect_invalid(op("CudnnRNNV3Keras"), kwargs, mode, names)
 
 
 @pytest.mark.parametrize("mode", ["eager", "function"])
@@ -239,7 +239,7 @@ def test_empty_dimensions_are_valid_with_activations(rnn_mode, sizes, mode):
               params=tf.constant(inputs["params"], tf.float32),
               sequence_lengths=tf.constant([T_] * B_, tf.int32), rnn_mode=rnn_mode,
               activation=cfg.activation, recurrent_activation=cfg.recurrent_activation)
-    out = call(op("CudnnRNNV3WithActivations"), kw, mode)
+    out = call(op("CudnnRNNV3Keras"), kw, mode)
     want = R.forward(cfg, inputs["input"], inputs["input_h"], inputs["input_c"],
                      inputs["params"], [T_] * B_)
     for name in ("output", "output_h"):

@@ -487,7 +487,7 @@ def test_fused_activations_run_the_kernel_and_equal_keras(rng, caplog, kind, act
     cudnn = _activation_id(activation) in (("tanh", "relu") if kind == "rnn_tanh" else
                                            ("sigmoid",))
     op_types = _graph_op_types(tf.function(lambda x: ours(x)), tf.constant(x))
-    assert any(t.endswith("WithActivations") for t in op_types) != cudnn, op_types
+    assert any(t.endswith("Keras") for t in op_types) != cudnn, op_types
 
 
 @pytest.mark.parametrize("kind", ["lstm", "gru", "rnn_tanh"])

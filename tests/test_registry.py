@@ -48,8 +48,8 @@ GPU_HOST_MEMORY = {
     "CudnnParamsToKeras": (),
     "BlockLSTMFullGradGrad": ("seq_len_max",),
     "CudnnRNNDropoutKept": None,  # CPU only: reads a reserve space on the host (§5.3 of cudnn_rnn.md)
-    "CudnnRNNV3WithActivations": ("sequence_lengths", "host_reserved"),
-    "CudnnRNNBackpropV3WithActivations": ("sequence_lengths", "host_reserved"),
+    "CudnnRNNV3Keras": ("sequence_lengths", "host_reserved"),
+    "CudnnRNNBackpropV3Keras": ("sequence_lengths", "host_reserved"),
 }
 
 

@@ -71,7 +71,7 @@ def is_inference(training):
 
 
 def op_activations(rnn_mode, activation, recurrent_activation=None):
-    """The CudnnRNNV3WithActivations attributes for a layer's activations (the ops' names,
+    """The CudnnRNNV3Keras attributes for a layer's activations (the ops' names,
     docs/cudnn_rnn.md §4.7; recurrent_activation None for a plain RNN), or None where they are
     cuDNN's own and CudnnRNNV3 computes them."""
     if rnn_mode in ("lstm", "gru"):
@@ -113,7 +113,7 @@ def keras_rnn_loop(x, h0, c0, params, mask, rnn_mode, go_backwards, return_seque
         x = tf.gather(x, order, axis=1, batch_dims=1)
     lstm = rnn_mode == "lstm"
     c0 = c0 if lstm else tf.zeros([], dtype)
-    op = "CudnnRNNV3" if activations is None else "CudnnRNNV3WithActivations"
+    op = "CudnnRNNV3" if activations is None else "CudnnRNNV3Keras"
     out = library.op(op)(
         **(activations or {}),
         input=x,

@@ -1,5 +1,5 @@
 """Keras' element-wise activations that the CudnnRNN engines fuse (docs/cudnn_rnn.md §4.7), by the
-name the ``*WithActivations`` ops take: the one list of them, and each as TensorFlow ops (Keras'
+name the ``*Keras`` ops take: the one list of them, and each as TensorFlow ops (Keras'
 own definitions), for the composite that differentiates those ops to any order. No Keras import:
 which Keras function is which name is each layer module's business."""
 

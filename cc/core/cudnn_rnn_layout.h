@@ -66,7 +66,7 @@ struct RnnModel {
 // Why a model's activations cannot be set (SetRnnActivations).
 enum class RnnActivationError { kNone, kUnknownActivation, kUnknownRecurrent, kRecurrentNotGated };
 
-// m's activations from the *WithActivations ops' attribute values, "" meaning cuDNN's (tanh and
+// m's activations from the *Keras ops' attribute values, "" meaning cuDNN's (tanh and
 // sigmoid; relu for kRnnRelu): custom only where they differ from cuDNN's, so that spelling
 // cuDNN's out runs cuDNN's cells. m->mode must be set.
 inline RnnActivationError SetRnnActivations(std::string_view activation,

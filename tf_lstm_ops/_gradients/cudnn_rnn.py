@@ -24,7 +24,7 @@ _FORWARD_OPS = {1: "CudnnRNN", 2: "CudnnRNNV2", 3: "CudnnRNNV3"}
 
 def _cudnn_rnn_grad(op, grads, backprop_op, version, forward_op=None):
     attrs = _RNN_ATTRS + (("num_proj", "time_major") if version == 3 else ())
-    if forward_op is not None:  # CudnnRNNV3WithActivations
+    if forward_op is not None:  # CudnnRNNV3Keras
         attrs += _ACTIVATION_ATTRS
     args = dict(zip(("input", "input_h", "input_c", "params"), op.inputs[:4]))
     if version == 3:
@@ -67,10 +67,10 @@ def _cudnn_rnn_v3_grad(op, *grads):
     return _cudnn_rnn_grad(op, grads, "CudnnRNNBackpropV3", 3)
 
 
-@tf.RegisterGradient(OP_NAMESPACE + "CudnnRNNV3WithActivations")
+@tf.RegisterGradient(OP_NAMESPACE + "CudnnRNNV3Keras")
 def _cudnn_rnn_v3_activations_grad(op, *grads):
-    return _cudnn_rnn_grad(op, grads, "CudnnRNNBackpropV3WithActivations", 3,
-                           forward_op="CudnnRNNV3WithActivations")
+    return _cudnn_rnn_grad(op, grads, "CudnnRNNBackpropV3Keras", 3,
+                           forward_op="CudnnRNNV3Keras")
 
 
 # The Keras weight conversions (docs/cudnn_rnn.md §6.5) are linear, and each is the other's

@@ -43,9 +43,9 @@ class _Model:
 
     def __init__(self, op, version):
         self.mode = string_attr(op, "rnn_mode")
-        # The *WithActivations ops' activations ("": cuDNN's; docs/cudnn_rnn.md §4.7); the
+        # The *Keras ops' activations ("": cuDNN's; docs/cudnn_rnn.md §4.7); the
         # other ops have no such attributes.
-        with_activations = op.type.endswith("WithActivations")
+        with_activations = op.type.endswith("Keras")
         self.activation_attrs = {
             name: string_attr(op, name) if with_activations else ""
             for name in ("activation", "recurrent_activation")}
@@ -313,5 +313,5 @@ for _prefix in (OP_NAMESPACE, ""):
                             ("CudnnRNNBackpropV3", 3)):
         tf.RegisterGradient(_prefix + _name)(
             lambda op, *grads, _version=_version: _backprop_grad(op, grads, _version))
-tf.RegisterGradient(OP_NAMESPACE + "CudnnRNNBackpropV3WithActivations")(
+tf.RegisterGradient(OP_NAMESPACE + "CudnnRNNBackpropV3Keras")(
     lambda op, *grads: _backprop_grad(op, grads, 3))

@@ -1,7 +1,7 @@
 """``LSTM``, ``GRU``, ``SimpleRNN``: drop-in replacements for ``keras.layers.LSTM``,
 ``keras.layers.GRU(reset_after=True)`` and ``keras.layers.SimpleRNN`` that run one fused
 ``TfLstm>CudnnRNNV3`` op (forward and backward) on the sequence instead of Keras' per-step loop
-(``TfLstm>CudnnRNNV3WithActivations`` with activations other than cuDNN's).
+(``TfLstm>CudnnRNNV3Keras`` with activations other than cuDNN's).
 
 They subclass Keras' layers and keep Keras' cell, so they have the same constructor arguments and
 defaults, the same weight variables and the same ``get_config``; each layer converts its cell's

@@ -67,7 +67,7 @@ class Cfg:
     direction: str = "unidirectional"
     input_mode: str = "linear_input"
     num_proj: int = 0           # P; active only for lstm with 0 < P < H
-    # Keras' activations (the *WithActivations ops, docs/cudnn_rnn.md §4.7): "" is cuDNN's
+    # Keras' activations (the *Keras ops, docs/cudnn_rnn.md §4.7): "" is cuDNN's
     activation: str = ""
     recurrent_activation: str = ""
 

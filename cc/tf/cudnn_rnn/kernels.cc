@@ -82,7 +82,7 @@ struct RnnAttrs {
     }
     if (ctx->HasAttr("is_training")) TF_RETURN_IF_ERROR(ctx->GetAttr("is_training", &is_training));
     if (ctx->HasAttr("time_major")) TF_RETURN_IF_ERROR(ctx->GetAttr("time_major", &time_major));
-    if (ctx->HasAttr("activation")) {  // the *WithActivations ops and CudnnRNNDropoutKept
+    if (ctx->HasAttr("activation")) {  // the *Keras ops and CudnnRNNDropoutKept
       TF_RETURN_IF_ERROR(ctx->GetAttr("activation", &activation));
       TF_RETURN_IF_ERROR(ctx->GetAttr("recurrent_activation", &recurrent_activation));
       RnnModel probe;  // checked when the kernel is built, before any input is read
@@ -865,12 +865,12 @@ class CudnnParamsToKerasOp : public OpKernel {
 // CudnnRNNV3 with Keras' activations: ours alone, on every device; V3's kernels (the attrs are
 // read where present).
 #define TF_LSTM_REGISTER_RNN_WITH_ACTIVATIONS(DEVICE, DEVICE_TYPE, HOST, T)                      \
-  REGISTER_KERNEL_BUILDER(Name("TfLstm>CudnnRNNV3WithActivations")                             \
+  REGISTER_KERNEL_BUILDER(Name("TfLstm>CudnnRNNV3Keras")                             \
                               .Device(DEVICE_TYPE)                                             \
                               .TypeConstraint<T>("T") HOST("sequence_lengths")                 \
                                   HOST("host_reserved"),                                       \
                           CudnnRNNForwardOp<DEVICE, T, 3>);                                    \
-  REGISTER_KERNEL_BUILDER(Name("TfLstm>CudnnRNNBackpropV3WithActivations")                     \
+  REGISTER_KERNEL_BUILDER(Name("TfLstm>CudnnRNNBackpropV3Keras")                     \
                               .Device(DEVICE_TYPE)                                             \
                               .TypeConstraint<T>("T") HOST("sequence_lengths")                 \
                                   HOST("host_reserved"),                                       \

@@ -74,7 +74,7 @@ absl::Status ScalarInputs(InferenceContext* c) {
   .Attr(kMode).Attr(kInputMode).Attr(kDirection).Attr("dropout: float = 0.0").Attr( \
       "seed: int = 0").Attr("seed2: int = 0")
 
-// V3's inputs and outputs (and those of its Backprop), shared by the *WithActivations ops.
+// V3's inputs and outputs (and those of its Backprop), shared by the *Keras ops.
 #define TF_LSTM_RNN_V3_FORWARD_IO \
   .Input("input: T") \
   .Input("input_h: T") \
@@ -188,7 +188,7 @@ REGISTER_OP("TfLstm>CudnnRNNBackpropV3")
     .Attr("time_major: bool = true")
     .SetShapeFn(BackpropShape);
 
-// CudnnRNNV3WithActivations and its Backprop (ours alone): CudnnRNNV3 and CudnnRNNBackpropV3 with
+// CudnnRNNV3Keras and its Backprop (ours alone): CudnnRNNV3 and CudnnRNNBackpropV3 with
 // Keras' element-wise activations (docs/cudnn_rnn.md §4.7): `activation` for the candidate and
 // LSTM's output (a plain RNN's one activation), `recurrent_activation` for the gates (LSTM, GRU);
 // "" is cuDNN's (tanh / sigmoid; relu for rnn_relu). Everything else is V3's. TF's CudnnRNNV3
@@ -196,14 +196,14 @@ REGISTER_OP("TfLstm>CudnnRNNBackpropV3")
 #define TF_LSTM_RNN_ACTIVATION_ATTRS \
   .Attr("activation: string = ''").Attr("recurrent_activation: string = ''")
 
-REGISTER_OP("TfLstm>CudnnRNNV3WithActivations")
+REGISTER_OP("TfLstm>CudnnRNNV3Keras")
     TF_LSTM_RNN_V3_FORWARD_IO
     .Attr(kTypes) TF_LSTM_RNN_COMMON_ATTRS.Attr("num_proj: int = 0")
     .Attr("is_training: bool = true")
     .Attr("time_major: bool = true") TF_LSTM_RNN_ACTIVATION_ATTRS
     .SetShapeFn([](InferenceContext* c) { return ForwardShape(c, true); });
 
-REGISTER_OP("TfLstm>CudnnRNNBackpropV3WithActivations")
+REGISTER_OP("TfLstm>CudnnRNNBackpropV3Keras")
     TF_LSTM_RNN_V3_BACKPROP_IO
     .Attr(kTypes) TF_LSTM_RNN_COMMON_ATTRS.Attr("num_proj: int = 0")
     .Attr("time_major: bool = true") TF_LSTM_RNN_ACTIVATION_ATTRS
