@@ -24,7 +24,27 @@ struct RnnRun {
   // training; an inference forward on the CPU keeps only the states (WorkspaceLayout), and
   // writes no gates. (The GPU engine's kernels always write them.)
   bool keeps_gates = true;
+  // Keras' recurrent dropout (docs/keras_layers.md §5): per-gate masks on the two operands of
+  // the gate products, the same at every step, or nullptr for none. In the run's dtype T and on
+  // its device: input_masks [G, B, I] (gate g reads x ⊙ input_masks[g] before W_g),
+  // recurrent_masks [G, B, Hr] (h_{t-1} ⊙ recurrent_masks[g] before R_g), G = m.gates() in
+  // cuDNN's gate order. Only for models RnnTakesMasks accepts.
+  const void* input_masks = nullptr;
+  const void* recurrent_masks = nullptr;
+  bool masked() const { return input_masks != nullptr || recurrent_masks != nullptr; }
 };
+
+// Models whose runs may carry operand masks: what a Keras layer describes (one layer, one
+// direction, linear input, no projection).
+inline bool RnnTakesMasks(const RnnModel& m) {
+  return m.num_layers == 1 && m.num_dirs == 1 && !m.skip_input && !m.has_proj();
+}
+
+// x ⊙ mask, the masked operand of a gate product (Keras' recurrent dropout).
+template <typename A>
+TF_LSTM_HOST_DEVICE inline A MaskedOperand(A x, A mask) {
+  return x * mask;
+}
 
 // Whether a run computes nothing: no steps, no rows, or zero-width states (num_units 0: no layer
 // changes anything, whatever the layer count). Outputs then hold no elements, the final states
@@ -152,7 +172,10 @@ inline uint64_t RnnConfigHash(const RnnModel& m, const RnnRun& run, const RnnDro
                            : 0;
   for (int64_t v : {m.num_layers, m.num_units, m.input_size, m.num_proj, m.num_dirs,
                     static_cast<int64_t>(m.skip_input), activations, run.time, run.batch,
-                    static_cast<int64_t>(run.time_major), static_cast<int64_t>(dtype_size)}) {
+                    static_cast<int64_t>(run.time_major), static_cast<int64_t>(dtype_size),
+                    // (a backward must multiply by masks where the forward did)
+                    static_cast<int64_t>(run.input_masks != nullptr) +
+                        2 * static_cast<int64_t>(run.recurrent_masks != nullptr)}) {
     h = Mix(h ^ static_cast<uint64_t>(v));
   }
   const float rate = dropout.active(m) ? dropout.rate : 0.0f;  // only when masks exist

@@ -371,12 +371,26 @@ class SlicePacking {
       return gemm::PackedBlock(m, gates_ == 1 ? n : gates_ * cols, rows_, a, lda,
                                slice(packed, u), false, c, ldc);
     }
-    const bool trans = col_stride != 1;
     for (int g = 0; g < gates_; ++g) {
-      const A* gate_src = src + (g * width + j0) * (trans ? col_stride : 1);
-      gemm::Block(false, trans, m, n, rows_, a, lda, gate_src, trans ? col_stride : row_stride,
-                  false, c + g * cols, ldc);
+      GateProduct(u, g, m, a, lda, packed, width, src, row_stride, col_stride, c, ldc);
     }
+  }
+  // Product's gate g alone, into C's gate-g block: for products whose left operand differs per
+  // gate (Keras' recurrent dropout masks it per gate).
+  template <typename A>
+  void GateProduct(int u, int g, int64_t m, const A* a, int64_t lda, const A* packed,
+                   int64_t width, const A* src, int64_t row_stride, int64_t col_stride, A* c,
+                   int64_t ldc) const {
+    const int64_t j0 = bounds_[u], n = bounds_[u + 1] - j0, cols = gate_cols(u);
+    if (n == 0) return;
+    if (packed_) {
+      return gemm::PackedBlock(m, n, rows_, a, lda, slice(packed, u) + packed_rows<A>() * g * cols,
+                               false, c + g * cols, ldc);
+    }
+    const bool trans = col_stride != 1;
+    const A* gate_src = src + (g * width + j0) * (trans ? col_stride : 1);
+    gemm::Block(false, trans, m, n, rows_, a, lda, gate_src, trans ? col_stride : row_stride,
+                false, c + g * cols, ldc);
   }
 
  private:

@@ -56,11 +56,67 @@ void FromTimeMajor(const CPUDevice& d, const RnnRun& run, int64_t n, const A* sr
   });
 }
 
-// Input projection of every step: xw[t*B + b] = W·x (or x itself per gate for skip input).
+// ---- Keras' recurrent dropout: per-gate operand masks (docs/keras_layers.md §5) ---------------
+
+// out[k] (+)= v[k] ⊙ mask[k mod period] for k in [begin, end): a gate's masked operand, or a
+// masked gradient summed over the gates (a [B, n] mask repeats over the steps of [T·B, n]).
 template <typename A>
-void InputProjection(const CPUDevice& d, const PseudoLayer<A>& pl, int64_t rows, const A* x,
-                     A* xw) {
-  const int64_t G = pl.m.gate_width(), H = pl.m.num_units;
+void MaskOperand(int64_t begin, int64_t end, int64_t period, const A* v, const A* mask,
+                 bool accumulate, A* out) {
+  for (int64_t k = begin; k < end; ++k) {
+    const A masked = MaskedOperand(v[k], mask[k % period]);
+    out[k] = accumulate ? out[k] + masked : masked;
+  }
+}
+template <typename A>
+void MaskOperand(const CPUDevice& d, int64_t n, int64_t period, const A* v, const A* mask,
+                 bool accumulate, A* out) {
+  ParallelFor(d, n, 3.0 * sizeof(A), 2.0, [&](int64_t begin, int64_t end) {
+    MaskOperand(begin, end, period, v, mask, accumulate, out);
+  });
+}
+
+// The operand masks of a run in the compute type ([gates, B, width] each, or null), and a
+// scratch for the masked operand of a whole-sequence product ([T·B, I] or [T·B, Hr]).
+template <typename A>
+struct OperandMasks {
+  const A *input = nullptr, *recurrent = nullptr;
+  A* operand = nullptr;
+};
+template <typename T, typename A>
+OperandMasks<A> ConvertMasks(const CPUDevice& d, Scratch& scratch, const RnnModel& m,
+                             const RnnRun& run) {
+  OperandMasks<A> masks;
+  const int64_t gates_b = m.gates() * run.batch;
+  if (run.input_masks != nullptr) {
+    masks.input = AsAcc<A>(d, scratch, static_cast<const T*>(run.input_masks),
+                           gates_b * m.input_size);
+  }
+  if (run.recurrent_masks != nullptr) {
+    masks.recurrent = AsAcc<A>(d, scratch, static_cast<const T*>(run.recurrent_masks),
+                               gates_b * m.output_width());
+  }
+  if (run.masked()) {
+    masks.operand =
+        scratch.Take<A>(run.time * run.batch * std::max(m.input_size, m.output_width()));
+  }
+  return masks;
+}
+
+// Input projection of every step: xw[t*B + b] = W·x (or x itself per gate for skip input;
+// gate by gate, (x ⊙ mask_g)·W_gᵀ, with input masks).
+template <typename A>
+void InputProjection(const CPUDevice& d, const PseudoLayer<A>& pl, int64_t T, int64_t B,
+                     const A* x, const OperandMasks<A>& masks, A* xw) {
+  const int64_t G = pl.m.gate_width(), H = pl.m.num_units, I = pl.in_width, rows = T * B;
+  if (masks.input != nullptr) {
+    for (int g = 0; g < pl.m.gates(); ++g) {
+      MaskOperand(d, rows * I, B * I, x, masks.input + g * B * I, false, masks.operand);
+      Gemm(d, false, true, rows, H, I, masks.operand, I, pl.w + g * H * I, I, false, xw + g * H,
+           G);
+    }
+    return;
+  }
   if (!pl.m.skips(pl.layer)) {
     Gemm(d, false, true, rows, G, pl.in_width, x, pl.w, false, xw);
     return;
@@ -84,15 +140,20 @@ struct TeamPlan {
   // R (stored [G·H, Hr]) packed per slice for gemm::PackedBlock: per cell slice for the forward
   // product h·Rᵀ (its G·n rows of R, as Rᵀ columns), per output slice for the backward product
   // dgh·R (its n columns of R).
+  // With recurrent masks (Keras' recurrent dropout, docs/keras_layers.md §5) every gate's
+  // product has its own left operand: the forward multiplies gate by gate, and the backward
+  // packs each gate's H rows of R apart (per_gate), each slice's gates one after the other.
   SlicePacking fwd, bwd;  // their bounds(): the slices over H and over Hr
+  bool per_gate;
   int slices;             // team units per direction
   int phases_per_step;    // 1, or 2 with a projection
 
   TeamPlan(const CPUDevice& d, const RnnModel& m, const RnnRun& run)
       : fwd(UnitSlices(m.num_units, Share(d, m)), m.output_width(), m.gates(),
             PackFor(run.batch)),
-        bwd(m.has_proj() ? UnitSlices(m.num_proj, Share(d, m)) : fwd.bounds(), m.gate_width(),
-            1, PackFor(run.batch)),
+        bwd(m.has_proj() ? UnitSlices(m.num_proj, Share(d, m)) : fwd.bounds(),
+            run.recurrent_masks ? m.num_units : m.gate_width(), 1, PackFor(run.batch)),
+        per_gate(run.recurrent_masks != nullptr),
         slices(std::max(fwd.slices(), bwd.slices())),
         phases_per_step(m.has_proj() ? 2 : 1) {}
   int units(const RnnModel& m) const { return static_cast<int>(m.num_dirs) * slices; }
@@ -107,18 +168,34 @@ struct TeamPlan {
                       const A* packed, A* c, int64_t ldc) const {
     fwd.Product(u, B, h, m.output_width(), packed, m.num_units, r, 1, m.output_width(), c, ldc);
   }
+  // Gate g's block of ForwardProduct, from its own operand h (per_gate).
   template <typename A>
-  void PackBackward(const CPUDevice& d, const RnnModel& m, const A* r, A* packed) const {
-    bwd.Pack(d, m.output_width(), r, m.output_width(), 1, packed);
+  void ForwardGateProduct(const RnnModel& m, int u, int g, int64_t B, const A* h, const A* r,
+                          const A* packed, A* c, int64_t ldc) const {
+    fwd.GateProduct(u, g, B, h, m.output_width(), packed, m.num_units, r, 1, m.output_width(), c,
+                    ldc);
+  }
+  int64_t backward_size(const RnnModel& m) const {  // values PackBackward writes
+    return bwd.size() * (per_gate ? m.gates() : 1);
   }
   template <typename A>
+  void PackBackward(const CPUDevice& d, const RnnModel& m, const A* r, A* packed) const {
+    const int64_t Hr = m.output_width(), gates = per_gate ? m.gates() : 1;
+    for (int64_t g = 0; g < gates; ++g) {
+      bwd.Pack(d, Hr, r + g * GateRows(m) * Hr, Hr, 1, packed + g * bwd.size());
+    }
+  }
+  // dgh·R (per_gate: gate g's term dgh_g·R_g alone).
+  template <typename A>
   void BackwardProduct(const RnnModel& m, int u, int64_t B, const A* dgh, const A* r,
-                       const A* packed, A* c, int64_t ldc) const {
-    bwd.Product(u, B, dgh, m.gate_width(), packed, m.output_width(), r, m.output_width(), 1, c,
-                ldc);
+                       const A* packed, A* c, int64_t ldc, int g = 0) const {
+    const int64_t Hr = m.output_width(), rows = GateRows(m);
+    bwd.Product(u, B, dgh + g * rows, m.gate_width(), packed + g * bwd.size(), Hr,
+                r + g * rows * Hr, Hr, 1, c, ldc);
   }
 
  private:
+  int64_t GateRows(const RnnModel& m) const { return per_gate ? m.num_units : 0; }
   static int64_t Share(const CPUDevice& d, const RnnModel& m) {
     return std::max<int64_t>(1, (d.numThreads() + m.num_dirs - 1) / m.num_dirs);
   }
@@ -164,8 +241,9 @@ void SlopeRow(RnnActivation k, const A* x, A* y, int64_t n) {
   ActivateRow<A, Math, true>(k, x, y, n);
 }
 
-// This thread's row buffer of at least n elements (the team's threads live across calls).
-template <typename A>
+// This thread's buffer number kWhich of at least n elements (the team's threads live across
+// calls): 0 the element-wise pass's rows, 1 a masked operand, 2 a gate's product.
+template <typename A, int kWhich = 0>
 A* RowScratch(int64_t n) {
   thread_local std::vector<A> buffer;
   if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(n);
@@ -261,13 +339,13 @@ void BackwardRowAny(const RnnModel& m, int64_t n, const A* saved, const A* c_row
 }
 
 // Forward work of cell slice u (units [j0, j1)) at step `step`: its block of the recurrent GEMM,
-// rec_u = h_prev·R_uᵀ ([B, G·gn], gates in order, each padded to gn columns), then the
-// element-wise pass of its units, which writes c, the saved gates (where the run keeps them) and
-// m (into m_buf with a projection, else h itself).
+// rec_u = h_prev·R_uᵀ ([B, G·gn], gates in order, each padded to gn columns; gate g from
+// h_prev ⊙ h_masks[g] where given), then the element-wise pass of its units, which writes c,
+// the saved gates (where the run keeps them) and m (into m_buf with a projection, else h itself).
 template <typename A, typename Math>
 void ForwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vector<int64_t>& len,
                   int64_t step, const TeamPlan& plan, int u, const A* r_packed,
-                  const A* xw, A* rec, A* m_buf) {
+                  const A* h_masks, const A* xw, A* rec, A* m_buf) {
   const RnnModel& m = pl.m;
   const SlicePacking& packing = plan.fwd;
   const int64_t T = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
@@ -279,7 +357,15 @@ void ForwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vector
   const A* c_prev = pl.c_before(step, T, B);
   A* h_out = pl.h + t * B * Hr;
   A* rec_u = rec + B * packing.col0(u);
-  plan.ForwardProduct(m, u, B, h_prev, pl.r, r_packed, rec_u, row);
+  if (h_masks == nullptr) {
+    plan.ForwardProduct(m, u, B, h_prev, pl.r, r_packed, rec_u, row);
+  } else {  // (every unit masks all of h: B·Hr products per gate, against the GEMM's B·Hr·2n)
+    A* h_masked = RowScratch<A, 1>(B * Hr);
+    for (int g = 0; g < m.gates(); ++g) {
+      MaskOperand<A>(0, B * Hr, B * Hr, h_prev, h_masks + g * B * Hr, false, h_masked);
+      plan.ForwardGateProduct(m, u, g, B, h_masked, pl.r, r_packed, rec_u, row);
+    }
+  }
   const bool relu = m.mode == RnnMode::kRnnRelu;
   for (int64_t b = 0; b < B; ++b) {
     if (t >= len[b]) {  // past this sequence's end: hold the state
@@ -384,12 +470,13 @@ void ProjectOutputs(const PseudoLayer<A>& pl, const RnnRun& run, const std::vect
 template <typename A, typename Math>
 void ForwardLayer(const CPUDevice& d, const std::vector<PseudoLayer<A>>& pls,
                   const TeamPlan& plan, const RnnRun& run, const std::vector<int64_t>& len,
-                  const A* x, A* xw, A* rec, A* m_buf, A* r_packed, A* y) {
+                  const A* x, const OperandMasks<A>& masks, A* xw, A* rec, A* m_buf,
+                  A* r_packed, A* y) {
   const RnnModel& m = pls[0].m;
   const int64_t T = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
   const int64_t G = m.gate_width(), D = m.num_dirs;
   for (int64_t dir = 0; dir < D; ++dir) {
-    InputProjection(d, pls[dir], T * B, x, xw + dir * T * B * G);
+    InputProjection(d, pls[dir], T, B, x, masks, xw + dir * T * B * G);
     plan.PackForward(d, m, pls[dir].r, r_packed + dir * plan.fwd.size());
   }
   const int K = plan.phases_per_step;
@@ -399,7 +486,8 @@ void ForwardLayer(const CPUDevice& d, const std::vector<PseudoLayer<A>>& pls,
     if (phase % K == 0) {
       if (u >= plan.fwd.slices()) return;
       ForwardCells<A, Math>(pl, run, len, step, plan, static_cast<int>(u),
-                            r_packed + dir * plan.fwd.size(), xw + dir * T * B * G,
+                            r_packed + dir * plan.fwd.size(), masks.recurrent,
+                            xw + dir * T * B * G,
                             rec + dir * B * plan.fwd.total_cols(),
                             m_buf ? m_buf + dir * B * H : nullptr);
     } else {
@@ -452,6 +540,7 @@ bool ForwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const 
   const A* x0 = ToTimeMajor<A>(d, scratch, run, m.input_size, input);
   const A* h0 = AsAcc<A>(d, scratch, input_h, LD * B * Hr);
   const A* c0 = lstm ? AsAcc<A>(d, scratch, input_c, LD * B * H) : nullptr;
+  const OperandMasks<A> masks = ConvertMasks<T, A>(d, scratch, m, run);
   // Per direction: the input projections, the recurrent GEMM's output, m (with a projection)
   // and the packed R.
   const TeamPlan plan(d, m, run);
@@ -468,7 +557,7 @@ bool ForwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const 
     std::vector<PseudoLayer<A>> pls;
     pls.reserve(D);
     for (int64_t dir = 0; dir < D; ++dir) pls.emplace_back(m, l * D + dir, P, ws, lay, h0, c0, B);
-    ForwardLayer<A, MathFor<T>>(d, pls, plan, run, len, x, xw, rec, m_buf, r_packed, y);
+    ForwardLayer<A, MathFor<T>>(d, pls, plan, run, len, x, masks, xw, rec, m_buf, r_packed, y);
     for (int64_t dir = 0; dir < D; ++dir) {
       // Final state: after the last processed step (rows past their end held it there).
       const int64_t p = l * D + dir, t_last = TimeOf(dir, T_ - 1, T_);
@@ -513,6 +602,7 @@ struct SweepBuffers {
   A* carry;       // [B, Hr]: dgh·R of the step just done
   A* direct;      // [B, Hr]: GRU's direct term dL/dh_t ⊙ u of the step just done
   const A* r_packed;  // R's columns packed per output slice (TeamPlan::PackBackward), if packed
+  const A* h_masks;   // [gates, B, Hr]: the recurrent masks, or null
 };
 
 // Backward work of output slice [k0, k1) in phase s of the sweep (s < T: before sweep step s,
@@ -533,7 +623,19 @@ void BackwardOutputs(const PseudoLayer<A>& pl, const RnnRun& run, const std::vec
   if (n == 0) return;
   if (s > 0) {
     const int64_t t = TimeOf(pl.dir, T - s, T);
-    plan.BackwardProduct(m, u, B, buf.dgh + t * B * G, pl.r, buf.r_packed, buf.carry + k0, Hr);
+    const A* dgh_t = buf.dgh + t * B * G;
+    if (buf.h_masks == nullptr) {
+      plan.BackwardProduct(m, u, B, dgh_t, pl.r, buf.r_packed, buf.carry + k0, Hr);
+    } else {  // Σ_g (dgh_g·R_g) ⊙ h_masks[g]: gate g's term went through its mask
+      A* term = RowScratch<A, 2>(B * n);
+      for (int g = 0; g < m.gates(); ++g) {
+        plan.BackwardProduct(m, u, B, dgh_t, pl.r, buf.r_packed, term, n, g);
+        for (int64_t b = 0; b < B; ++b) {
+          MaskOperand<A>(0, n, n, term + b * n, buf.h_masks + (g * B + b) * Hr + k0, g > 0,
+                         buf.carry + b * Hr + k0);
+        }
+      }
+    }
     for (int64_t b = 0; b < B; ++b) {
       if (t >= len[b]) continue;
       for (int64_t k = b * Hr + k0; k < b * Hr + k1; ++k) {
@@ -644,7 +746,8 @@ template <typename A, typename Math>
 void BackwardLayer(const CPUDevice& d, const std::vector<PseudoLayer<A>>& pls,
                    const TeamPlan& plan, const RnnRun& run, const std::vector<int64_t>& len,
                    const A* x, const A* dy, const std::vector<SweepBuffers<A>>& bufs,
-                   A* h_prev_seq, A* dparams, A* dx) {
+                   const OperandMasks<A>& masks, A* masked_dx, A* h_prev_seq, A* dparams,
+                   A* dx) {
   const RnnModel& m = pls[0].m;
   const int64_t T = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
   const int64_t G = m.gate_width(), D = m.num_dirs;
@@ -673,9 +776,20 @@ void BackwardLayer(const CPUDevice& d, const std::vector<PseudoLayer<A>>& pls,
                     B * Hr * sizeof(A));
       }
     });
-    if (!m.skips(pl.layer)) {
-      Gemm(d, true, false, G, pl.in_width, rows, dgx, x, false, dparams + reg.w, gemm::Sum::kLong);
-      Gemm(d, false, false, rows, pl.in_width, G, dgx, pl.w, dir > 0, dx);
+    const int64_t I = pl.in_width;
+    if (masks.input != nullptr) {  // per gate: dW_g from x ⊙ mask_g, dx = Σ_g (dgx_g·W_g) ⊙ mask_g
+      for (int g = 0; g < m.gates(); ++g) {
+        const A* mask = masks.input + g * B * I;
+        MaskOperand(d, rows * I, B * I, x, mask, false, masks.operand);
+        Gemm(d, true, false, H, I, rows, dgx + g * H, G, masks.operand, I, false,
+             dparams + reg.w + g * H * I, I, gemm::Sum::kLong);
+        Gemm(d, false, false, rows, I, H, dgx + g * H, G, pl.w + g * H * I, I, false, masked_dx,
+             I);
+        MaskOperand(d, rows * I, B * I, masked_dx, mask, g > 0, dx);
+      }
+    } else if (!m.skips(pl.layer)) {
+      Gemm(d, true, false, G, I, rows, dgx, x, false, dparams + reg.w, gemm::Sum::kLong);
+      Gemm(d, false, false, rows, I, G, dgx, pl.w, dir > 0, dx);
     } else {  // skip input: x was added to every gate
       ParallelFor(d, rows, G * 8.0, G * 1.0, [&](int64_t begin, int64_t end) {
         for (int64_t row = begin; row < end; ++row) {
@@ -687,7 +801,17 @@ void BackwardLayer(const CPUDevice& d, const std::vector<PseudoLayer<A>>& pls,
         }
       });
     }
-    Gemm(d, true, false, G, Hr, rows, dgh, h_prev_seq, false, dparams + reg.r, gemm::Sum::kLong);
+    if (masks.recurrent != nullptr) {  // per gate: dR_g from h_prev ⊙ mask_g
+      for (int g = 0; g < m.gates(); ++g) {
+        MaskOperand(d, rows * Hr, B * Hr, h_prev_seq, masks.recurrent + g * B * Hr, false,
+                    masks.operand);
+        Gemm(d, true, false, H, Hr, rows, dgh + g * H, G, masks.operand, Hr, false,
+             dparams + reg.r + g * H * Hr, Hr, gemm::Sum::kLong);
+      }
+    } else {
+      Gemm(d, true, false, G, Hr, rows, dgh, h_prev_seq, false, dparams + reg.r,
+           gemm::Sum::kLong);
+    }
     if (m.has_proj()) {
       Gemm(d, true, false, Hr, H, rows, bufs[dir].dh_total, bufs[dir].m_seq, false,
            dparams + reg.proj, gemm::Sum::kLong);
@@ -733,6 +857,7 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const
   const A* dy_top = ToTimeMajor<A>(d, scratch, run, D * Hr, output_backprop);
   const A* dhT = AsAcc<A>(d, scratch, output_h_backprop, LD * B * Hr);
   const A* dcT = lstm ? AsAcc<A>(d, scratch, output_c_backprop, LD * B * H) : nullptr;
+  const OperandMasks<A> masks = ConvertMasks<T, A>(d, scratch, m, run);
 
   // Per direction (D parts each): the sweep buffers (SweepBuffers) and R's packed columns.
   const int64_t rows = T_ * B, max_in = std::max(m.input_size, D * Hr);
@@ -745,9 +870,10 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const
   A* dm = m.has_proj() ? scratch.Take<A>(D * B * H) : nullptr;
   A* carry = scratch.Take<A>(D * B * Hr * 2);
   const TeamPlan plan(d, m, run);
-  A* r_packed = scratch.Take<A>(D * plan.bwd.size());
+  A* r_packed = scratch.Take<A>(D * plan.backward_size(m));
   A* h_prev_seq = scratch.Take<A>(rows * Hr);
   A* dx = scratch.Take<A>(rows * max_in * 2);
+  A* masked_dx = run.input_masks ? scratch.Take<A>(rows * m.input_size) : nullptr;
   A* d_state = scratch.Take<A>(LD * B * (Hr + H));
   if (scratch.counting() || !scratch.ok()) return scratch.ok();
   A* direct = gru ? carry + D * B * Hr : nullptr;
@@ -773,14 +899,16 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const
       buf.dm = dm ? dm + dir * B * H : nullptr;
       buf.carry = carry + dir * B * Hr;
       buf.direct = direct ? direct + dir * B * Hr : nullptr;
-      A* packed = r_packed + dir * plan.bwd.size();
+      A* packed = r_packed + dir * plan.backward_size(m);
       plan.PackBackward(d, m, pls[dir].r, packed);
       buf.r_packed = packed;
+      buf.h_masks = masks.recurrent;
       std::memcpy(buf.dh, dhT + p * B * Hr, B * Hr * sizeof(A));
       if (lstm) std::memcpy(buf.dc, dcT + p * B * H, B * H * sizeof(A));
       bufs.push_back(buf);
     }
-    BackwardLayer<A, MathFor<T>>(d, pls, plan, run, len, x, dy, bufs, h_prev_seq, dparams, dx);
+    BackwardLayer<A, MathFor<T>>(d, pls, plan, run, len, x, dy, bufs, masks, masked_dx,
+                                 h_prev_seq, dparams, dx);
     for (int64_t dir = 0; dir < D; ++dir) {
       const int64_t p = l * D + dir;
       Convert(d, bufs[dir].dh, input_h_backprop + p * B * Hr, B * Hr);

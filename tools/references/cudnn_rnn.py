@@ -283,16 +283,27 @@ def sigmoid(z):
     return 1.0 / (1.0 + np.exp(-z))
 
 
-def _step(cfg, lay, x, h, c):
-    """One cell step for a batch: returns (h_new, c_new, cache)."""
+def _gate_operands(v, masks):
+    """[G, B, n]: what each gate's product multiplies, v itself or v ⊙ masks[g] (Keras'
+    recurrent dropout, docs/keras_layers.md §5)."""
+    return v[None] if masks is None else v[None] * masks
+
+
+def _step(cfg, lay, x, h, c, masks=(None, None)):
+    """One cell step for a batch: returns (h_new, c_new, cache). masks: the per-gate operand
+    masks (input [G, B, I], recurrent [G, B, Hr]) or None each."""
+    xg, hg = _gate_operands(x, masks[0]), _gate_operands(h, masks[1])
     if lay["W"] is None:                        # skip input: identity for every gate
+        assert masks[0] is None, "operand masks need linear input"
         ax = x[:, None, :] + lay["bW"][None]
     else:
-        ax = np.einsum("gho,bo->bgh", lay["W"], x) + lay["bW"][None]
-    ah = np.einsum("gho,bo->bgh", lay["R"], h) + lay["bR"][None]   # [B, G, H]
+        ax = np.einsum("gho,gbo->bgh", lay["W"], np.broadcast_to(xg, (cfg.G,) + x.shape))
+        ax = ax + lay["bW"][None]
+    ah = np.einsum("gho,gbo->bgh", lay["R"], np.broadcast_to(hg, (cfg.G,) + h.shape))
+    ah = ah + lay["bR"][None]                    # [B, G, H]
     mode = cfg.rnn_mode
     act, rec = cfg.act[0], cfg.rec[0]
-    cache = dict(x=x, h=h, c=c, ax=ax, ah=ah)
+    cache = dict(x=x, h=h, c=c, ax=ax, ah=ah, masks=masks)
     if mode in ("rnn_tanh", "rnn_relu"):
         a = ax[:, 0] + ah[:, 0]
         h_new = act(a)
@@ -342,7 +353,16 @@ def _state_out(a, time_major):
     return a if time_major else a.reshape(a.shape[1], a.shape[0], a.shape[2])
 
 
-def _run(cfg, x, h0, c0, params, lens, dropout_scale):
+def _masks(cfg, input_masks, recurrent_masks):
+    """The operand masks as float64 arrays (or None), for a model that takes them."""
+    masks = tuple(None if v is None else np.asarray(v, np.float64)
+                  for v in (input_masks, recurrent_masks))
+    if any(v is not None for v in masks):
+        assert cfg.L == 1 and cfg.D == 1 and not cfg.proj and not cfg.skip, cfg
+    return masks
+
+
+def _run(cfg, x, h0, c0, params, lens, dropout_scale, masks=(None, None)):
     """Time-major forward; returns output [T, B, D*Hr], final states, and the caches."""
     T, B = x.shape[:2]
     layers = unpack(cfg, params)
@@ -360,7 +380,7 @@ def _run(cfg, x, h0, c0, params, lens, dropout_scale):
             steps = []
             for t in (range(T) if d == 0 else range(T - 1, -1, -1)):
                 valid = (t < lens)[:, None]
-                h_new, c_new, cache = _step(cfg, layers[p], X[t], h, c)
+                h_new, c_new, cache = _step(cfg, layers[p], X[t], h, c, masks)
                 cache.update(t=t, valid=valid)
                 steps.append(cache)
                 h = np.where(valid, h_new, h)
@@ -381,14 +401,17 @@ def _dropout_scale(cfg, dropout, dropout_masks):
 
 
 def forward(cfg, x, h0, c0, params, seq_lengths=None, time_major=True, dropout=0.0,
-            dropout_masks=None):
+            dropout_masks=None, input_masks=None, recurrent_masks=None):
     """Returns dict(output, output_h, output_c) in TF's layouts (output_c is the scalar 0 for
     non-LSTM modes). dropout_masks: optional 0/1 arrays [T, B, D*Hr] for layers 1..L-1,
-    applied as mask/(1 - dropout) (inverted dropout)."""
+    applied as mask/(1 - dropout) (inverted dropout). input_masks [G, B, I] and
+    recurrent_masks [G, B, Hr]: the CudnnRNNV3Keras op's per-gate operand masks (one layer, one
+    direction), multiplied as given."""
     x, h0, c0 = _to_internal(cfg, x, h0, c0, time_major)
     T, B = x.shape[:2]
     y, hT, cT, *_ = _run(cfg, x, h0, c0, np.asarray(params, np.float64),
-                         _lengths(seq_lengths, T, B), _dropout_scale(cfg, dropout, dropout_masks))
+                         _lengths(seq_lengths, T, B), _dropout_scale(cfg, dropout, dropout_masks),
+                         _masks(cfg, input_masks, recurrent_masks))
     return dict(
         output=y if time_major else y.transpose(1, 0, 2),
         output_h=_state_out(hT, time_major),
@@ -436,16 +459,19 @@ def _step_backward(cfg, lay, cache, dh, dc, grads):
         dc_prev = dct * f
         dax = dah = np.stack([dct * g * rec_slope(a[:, 0]), dct * cache["c"] * rec_slope(a[:, 1]),
                               dct * i * act_slope(a[:, 2]), do * rec_slope(a[:, 3])], axis=1)
-    dh_prev = dh_prev + np.einsum("gho,bgh->bo", lay["R"], dah)
+    x_masks, h_masks = cache["masks"]
+    dhg = np.einsum("gho,bgh->gbo", lay["R"], dah)          # per gate, then through its mask
+    dh_prev = dh_prev + (dhg if h_masks is None else dhg * h_masks).sum(axis=0)
     if lay["W"] is None:
         dx = dax.sum(axis=1)
     else:
-        dx = np.einsum("gho,bgh->bo", lay["W"], dax)
+        dxg = np.einsum("gho,bgh->gbo", lay["W"], dax)
+        dx = (dxg if x_masks is None else dxg * x_masks).sum(axis=0)
     return dx, dh_prev, dc_prev, dax, dah
 
 
 def backward(cfg, x, h0, c0, params, dy, dh, dc=None, seq_lengths=None, time_major=True,
-             dropout=0.0, dropout_masks=None):
+             dropout=0.0, dropout_masks=None, input_masks=None, recurrent_masks=None):
     """Gradients of <dy, output> + <dh, output_h> + <dc, output_c> (TF layouts for dy, dh, dc).
     Returns dict(input_backprop, input_h_backprop, input_c_backprop, params_backprop), in the
     layouts of the corresponding inputs (input_c_backprop: scalar 0 for non-LSTM modes)."""
@@ -455,7 +481,7 @@ def backward(cfg, x, h0, c0, params, dy, dh, dc=None, seq_lengths=None, time_maj
     lens = _lengths(seq_lengths, T, B)
     scale = _dropout_scale(cfg, dropout, dropout_masks)
     _, _, _, caches, inputs, layers = _run(cfg, x, h0, c0, np.asarray(params, np.float64), lens,
-                                           scale)
+                                           scale, _masks(cfg, input_masks, recurrent_masks))
     dy = np.asarray(dy, np.float64)
     dY = dy if time_major else dy.transpose(1, 0, 2)
     dhT = np.asarray(dh, np.float64).reshape(LD, B, cfg.Hr)
@@ -479,9 +505,12 @@ def backward(cfg, x, h0, c0, params, dy, dh, dc=None, seq_lengths=None, time_maj
                                                         dc_carry * valid, gr)
                 v3 = valid[:, :, None]
                 dax, dah = dax * v3, dah * v3
-                gr["W"] += np.einsum("bgh,bo->gho", dax, cache["x"])
+                x_masks, h_masks = cache["masks"]
+                gr["W"] += np.einsum("bgh,gbo->gho", dax, _gate_operands(cache["x"], x_masks)
+                                     * np.ones((cfg.G, 1, 1)))
                 gr["bW"] += dax.sum(axis=0)
-                gr["R"] += np.einsum("bgh,bo->gho", dah, cache["h"])
+                gr["R"] += np.einsum("bgh,gbo->gho", dah, _gate_operands(cache["h"], h_masks)
+                                     * np.ones((cfg.G, 1, 1)))
                 gr["bR"] += dah.sum(axis=0)
                 dX[t] += dx * valid
                 dh_carry = np.where(valid, dhp, dh_carry)
