@@ -362,14 +362,11 @@ FALLBACKS = [
     ("lstm", dict(recurrent_activation="log_sigmoid"), "recurrent_activation", False),
     ("lstm", dict(activation=keras.ops.gelu), "activation='gelu'", False),  # tanh approximation
     ("lstm", dict(activation=_relu6), "activation='_relu6'", False),
-    ("lstm", dict(recurrent_dropout=0.2, seed=3), "recurrent_dropout", True),
     ("lstm", dict(use_cudnn=False), "use_cudnn", False),
     ("lstm", dict(unroll=True), "unroll", False),
     ("gru", dict(reset_after=False), "reset_after", False),
     ("gru", dict(recurrent_activation="mish"), "recurrent_activation", False),
-    ("gru", dict(recurrent_dropout=0.1, dropout=0.2, seed=5), "recurrent_dropout", True),
     ("rnn_tanh", dict(activation="leaky_relu"), "activation='leaky_relu'", False),
-    ("rnn_tanh", dict(recurrent_dropout=0.5, seed=7), "recurrent_dropout", True),
     ("rnn_tanh", dict(unroll=True), "unroll", False),
 ]
 

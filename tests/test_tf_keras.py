@@ -176,10 +176,7 @@ def outputs_and_grads_training(layer, x, cot):
 @pytest.mark.parametrize("kind, kwargs, reason", [
     ("lstm", dict(activation="selu"), "activation='selu'"),
     ("lstm", dict(recurrent_activation="exponential"), "recurrent_activation='exponential'"),
-    ("lstm", dict(recurrent_dropout=0.2), "recurrent_dropout"),
     ("lstm", dict(unroll=True), "unroll"),
-    ("lstm", dict(use_bias=False, dropout=0.3, implementation=1), "implementation=1"),
-    ("gru", dict(activation="relu", dropout=0.3, implementation=1), "implementation=1"),
     ("gru", dict(reset_after=False), "reset_after=False"),
     ("rnn_tanh", dict(activation="mish"), "activation='mish'"),
 ])

@@ -83,13 +83,33 @@ def op_activations(rnn_mode, activation, recurrent_activation=None):
     return dict(activation=activation, recurrent_activation="")
 
 
+# Keras' gate order (LSTM i, f, c, o; GRU z, r, h) by cuDNN's (i, f, g, o; r, z, n): the order of
+# the op's per-gate operand masks.
+_KERAS_GATE_OF_CUDNN_GATE = {"lstm": (0, 1, 2, 3), "gru": (1, 0, 2), "rnn_tanh": (0,),
+                             "rnn_relu": (0,)}
+
+
+def operand_masks(rnn_mode, masks, dtype):
+    """The op's operand masks [G, B, n] (docs/keras_layers.md §5) from a Keras cell's: a list of
+    one mask per gate in Keras' gate order, or one mask for every gate; None stays None."""
+    if masks is None:
+        return None
+    gates = _KERAS_GATE_OF_CUDNN_GATE[rnn_mode]
+    per_gate = [masks[k] for k in gates] if isinstance(masks, (list, tuple)) else [masks] * len(
+        gates)
+    return tf.cast(tf.stack(per_gate), dtype)
+
+
 def keras_rnn_loop(x, h0, c0, params, mask, rnn_mode, go_backwards, return_sequences,
-                   zero_output_for_mask, training=True, activations=None):
+                   zero_output_for_mask, training=True, activations=None, input_masks=None,
+                   recurrent_masks=None):
     """Keras' RNN loop over x [B, T, I] (inputs already dropped out) from h0 (and c0 for LSTM),
     on one op: (last_output [B, H], outputs [B, T, H] or [B, 1, H] without return_sequences,
     states). `mask` is a bool [B, T] step mask of any pattern (step_mask), or None; `training` is
     the layer call's (is_inference); `activations` are op_activations' attributes (None:
-    cuDNN's).
+    cuDNN's); input_masks / recurrent_masks the per-gate operand masks of Keras' recurrent
+    dropout (operand_masks; None: none), the same at every step, so the reordering below leaves
+    them be.
 
     A masked step of Keras' loop leaves the states as they are, so the states evolve exactly as
     on the sequence of the unmasked steps alone: each row's unmasked steps are moved to its front,
@@ -113,9 +133,15 @@ def keras_rnn_loop(x, h0, c0, params, mask, rnn_mode, go_backwards, return_seque
         x = tf.gather(x, order, axis=1, batch_dims=1)
     lstm = rnn_mode == "lstm"
     c0 = c0 if lstm else tf.zeros([], dtype)
-    op = "CudnnRNNV3" if activations is None else "CudnnRNNV3Keras"
+    keras_options = dict(activations or {})
+    if keras_options or input_masks is not None or recurrent_masks is not None:
+        none = tf.zeros([0], x.dtype)  # (the empty vector: no mask)
+        keras_options.update(
+            input_masks=none if input_masks is None else input_masks,
+            recurrent_masks=none if recurrent_masks is None else recurrent_masks)
+    op = "CudnnRNNV3Keras" if keras_options else "CudnnRNNV3"
     out = library.op(op)(
-        **(activations or {}),
+        **keras_options,
         input=x,
         input_h=tf.expand_dims(h0, 1),  # [B, 1, H] (batch-major state label)
         input_c=tf.expand_dims(c0, 1) if lstm else c0,

@@ -14,10 +14,10 @@ They subclass tf_keras' layers: the same arguments, defaults, weights and ``get_
 SavedModel files round-trip (``import tf_lstm_ops.tf_keras`` before loading). The fused op runs
 where tf_keras runs its cuDNN-compatible implementation (tanh/sigmoid, no
 ``recurrent_dropout``, no ``unroll``, GRU ``reset_after``), with that implementation's input
-dropout, and also for ``use_bias=False`` and the other fused activations (relu, hard_sigmoid,
-linear, elu, softsign, swish, gelu; with the input dropout of tf_keras' per-step loop, which
-tf_keras runs then), ``time_major=True`` and masks of any pattern; every other call (those
-configurations, ``implementation=1`` with ``dropout`` where tf_keras loops, ragged inputs, XLA
+dropout, and also where tf_keras runs its per-step loop, with that loop's dropout masks:
+``use_bias=False``, the other fused activations (relu, hard_sigmoid, linear, elu, softsign,
+swish, gelu), ``recurrent_dropout``, ``implementation=1``; ``time_major=True`` and masks of any
+pattern too. Every other call (``unroll``, ``GRU(reset_after=False)``, ragged inputs, XLA
 compilation, other activations) runs the tf_keras class's own ``call``, with one warning per
 layer and reason. Results equal tf_keras'.
 """
@@ -26,9 +26,11 @@ import tensorflow as tf
 import tf_keras
 
 from tf_lstm_ops._fused_rnn import (
+    is_inference,
     keras_params,
     keras_rnn_loop,
     op_activations,
+    operand_masks,
     step_mask,
     warn_fallback,
 )
@@ -83,26 +85,42 @@ class _FusedCall:
     def _read(self, variable, dtype):
         return tf.cast(tf.convert_to_tensor(variable), dtype)
 
-    def _dropped_out(self, x, training):
-        """x (as the layer got it: [T, B, I] with time_major) times tf_keras' input dropout mask,
-        drawn as the implementation tf_keras runs for this layer draws it."""
+    def _dropout(self, x, h0, training):
+        """tf_keras' dropout, drawn and applied as the implementation tf_keras runs for this layer
+        does (docs/keras_layers.md §5): (x (as the layer got it: [T, B, I] with time_major) times
+        the input mask where one serves every gate, the op's per-gate input masks where each gate
+        has its own, its recurrent masks). At inference tf_keras' masks are ones: none."""
+        if is_inference(training):
+            return x, None, None
+        cell = self.cell
         gates = {"lstm": 4, "gru": 3}.get(self._rnn_mode, 1)
         if gates > 1 and self._could_use_gpu_kernel:
-            # tf_keras' cuDNN-compatible path (LSTM, GRU): one mask over the whole input, a fresh
-            # one per step, the first of the per-gate masks it draws.
+            # tf_keras' cuDNN-compatible path (LSTM, GRU; no recurrent dropout): one mask over
+            # the whole input, a fresh one per step, the first of the per-gate masks it draws.
             self.reset_dropout_mask()
             mask = self.get_dropout_mask_for_cell(x, training, count=gates)
-            return x if mask is None else x * mask[0]
-        # tf_keras' per-step loop (SimpleRNN; LSTM and GRU without bias or with other
-        # activations): the cell's mask for one step's input, the same at every step
-        # (implementation 2 multiplies by the first).
-        self._maybe_reset_cell_dropout_mask(self.cell)
-        time_axis = 0 if self.time_major else 1
+            return (x if mask is None else x * mask[0]), None, None
+        # tf_keras' per-step loop: the cell's masks, drawn for the first step (input masks, then
+        # recurrent ones) and the same at every step. LSTM and GRU draw one per gate and apply a
+        # rate in (0, 1): each gate its own with implementation 1 (which recurrent dropout
+        # forces), the first for every gate with implementation 2; SimpleRNN one each.
+        self._maybe_reset_cell_dropout_mask(cell)
         step = x[0] if self.time_major else x[:, 0]
-        mask = self.cell.get_dropout_mask_for_cell(step, training, count=gates)
-        if isinstance(mask, (list, tuple)):
-            mask = mask[0]
-        return x if mask is None else x * tf.expand_dims(mask, time_axis)
+        input_mask = cell.get_dropout_mask_for_cell(step, training, count=gates)
+        recurrent_mask = cell.get_recurrent_dropout_mask_for_cell(h0, training, count=gates)
+        if gates > 1:
+            if not 0 < cell.dropout < 1:
+                input_mask = None
+            elif cell.implementation != 1:
+                input_mask = input_mask[0]
+            if not 0 < cell.recurrent_dropout < 1:
+                recurrent_mask = None
+        input_masks = None
+        if isinstance(input_mask, (list, tuple)):
+            input_masks = operand_masks(self._rnn_mode, input_mask, x.dtype)
+        elif input_mask is not None:
+            x = x * tf.expand_dims(input_mask, 0 if self.time_major else 1)
+        return x, input_masks, operand_masks(self._rnn_mode, recurrent_mask, x.dtype)
 
     def call(self, inputs, mask=None, training=None, initial_state=None, **kwargs):
         def keras_call():
@@ -129,7 +147,7 @@ class _FusedCall:
         if not x.dtype.is_floating:
             x = tf.cast(x, self.compute_dtype)
         dtype = x.dtype
-        x = self._dropped_out(x, training)
+        x, input_masks, recurrent_masks = self._dropout(x, initial_state[0], training)
         if self.time_major:  # tf_keras' inputs and mask are then [T, B, ...], its outputs too
             x = tf.transpose(x, [1, 0, 2])
             if mask is not None:
@@ -149,7 +167,8 @@ class _FusedCall:
         last, outputs, states = keras_rnn_loop(x, h0, c0, self._params(dtype), mask,
                                                self._rnn_mode, self.go_backwards,
                                                self.return_sequences, self.zero_output_for_mask,
-                                               training, activations)
+                                               training, activations, input_masks,
+                                               recurrent_masks)
         if self.stateful:  # as tf_keras' RNN.call
             updates = [tf.compat.v1.assign(self_state, tf.cast(state, self_state.dtype))
                        for self_state, state in zip(tf.nest.flatten(self.states), states)]
@@ -169,15 +188,8 @@ def _gpu_kernel_reason(layer):
               or _activation_reason("recurrent_activation", cell.recurrent_activation))
     if reason is not None:
         return reason
-    if cell.recurrent_dropout:
-        return "recurrent_dropout=%r (a mask on the state inside every step)" % (
-            cell.recurrent_dropout)
     if layer.unroll:
         return "unroll=True (asks for tf_keras' unrolled loop)"
-    if not layer._could_use_gpu_kernel and cell.dropout and cell.implementation == 1:
-        # tf_keras' loop then multiplies each gate's input by a mask of its own
-        return ("implementation=1 with dropout where tf_keras runs its per-step loop (it draws "
-                "an input dropout mask per gate there)")
     if not tf.compat.v1.executing_eagerly_outside_functions():
         return "TF1 graph mode (tf_keras runs its per-step loop there)"
     return None
@@ -226,9 +238,6 @@ class SimpleRNN(_FusedCall, tf_keras.layers.SimpleRNN):
         reason = _activation_reason("activation", cell.activation)
         if reason is not None:
             return reason
-        if cell.recurrent_dropout:
-            return "recurrent_dropout=%r (a mask on the state inside every step)" % (
-                cell.recurrent_dropout)
         if self.unroll:
             return "unroll=True (asks for tf_keras' unrolled loop)"
         return None

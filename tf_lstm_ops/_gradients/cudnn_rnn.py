@@ -10,7 +10,9 @@ runs the forward once more in training mode without dropout (the same outputs, s
 applies none) and differentiates that, so an inference call (a Keras layer's training=False) stays
 lean and can still be differentiated (input saliency, gradient penalties). An output gradient the
 tape leaves out counts as zeros; input_c gets a zero gradient outside LSTM mode (the op ignores it
-there), and V3's integer sequence_lengths none.
+there), and V3's integer sequence_lengths none. CudnnRNNV3Keras also passes its operand masks
+(Keras' recurrent dropout), which are constants: no gradient flows to them, as none flows to
+Keras' masks (drawn by dropout from ones).
 """
 
 import tensorflow as tf
@@ -29,6 +31,8 @@ def _cudnn_rnn_grad(op, grads, backprop_op, version, forward_op=None):
     args = dict(zip(("input", "input_h", "input_c", "params"), op.inputs[:4]))
     if version == 3:
         args["sequence_lengths"] = op.inputs[4]
+    if forward_op is not None:
+        args.update(input_masks=op.inputs[5], recurrent_masks=op.inputs[6])
     args.update((name, op.get_attr(name)) for name in attrs)
     outputs = op.outputs
     if not op.get_attr("is_training"):
@@ -49,7 +53,8 @@ def _cudnn_rnn_grad(op, grads, backprop_op, version, forward_op=None):
     input_grad, h_grad, c_grad, params_grad = library.op(backprop_op)(**args)
     if args["rnn_mode"] not in ("lstm", b"lstm"):  # input_c is unused (any shape): zero gradient
         c_grad = tf.zeros_like(args["input_c"])
-    return [input_grad, h_grad, c_grad, params_grad] + ([None] if version == 3 else [])
+    others = ([None] if version == 3 else []) + ([None, None] if forward_op is not None else [])
+    return [input_grad, h_grad, c_grad, params_grad] + others
 
 
 @tf.RegisterGradient(OP_NAMESPACE + "CudnnRNN")

@@ -16,6 +16,8 @@ replayed, so the composite is the very function the Backprop op differentiated.
 
 The saved `output`, `output_h`, `output_c` and `reserve_space` inputs get no gradient: the
 composite recomputes them from θ, so the total derivative is already in θ's gradient.
+CudnnRNNBackpropV3Keras's operand masks (Keras' recurrent dropout) are constants, multiplied into
+each gate's product as the kernels do (docs/keras_layers.md §5).
 """
 
 import tensorflow as tf
@@ -27,6 +29,17 @@ from tf_lstm_ops._loader import OP_NAMESPACE, library
 from tf_lstm_ops._rnn_activations import ACTIVATIONS
 
 _GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
+
+
+def _operand_mask(op, mask, name):
+    """An operand mask input: None when it is the empty vector (none), else the tensor."""
+    if mask.shape.rank == 1:
+        return None
+    if mask.shape.rank == 3:
+        return mask
+    raise ValueError(
+        "the gradient of %s (second derivatives) needs %s's rank when the graph is built: 1 "
+        "(none) or 3; got %s" % (op.type, name, mask.shape))
 
 
 def _static_dim(op, tensor, axis, name):
@@ -45,9 +58,9 @@ class _Model:
         self.mode = string_attr(op, "rnn_mode")
         # The *Keras ops' activations ("": cuDNN's; docs/cudnn_rnn.md §4.7); the
         # other ops have no such attributes.
-        with_activations = op.type.endswith("Keras")
+        keras_op = op.type.endswith("Keras")
         self.activation_attrs = {
-            name: string_attr(op, name) if with_activations else ""
+            name: string_attr(op, name) if keras_op else ""
             for name in ("activation", "recurrent_activation")}
         self.act = ACTIVATIONS[self.activation_attrs["activation"] or (
             "relu" if self.mode == "rnn_relu" else "tanh")]
@@ -74,6 +87,14 @@ class _Model:
                                                     and self.I == self.H)
         # dropout between layers (none with one layer): the forward's masks are replayed
         self.dropout = op.get_attr("dropout") if self.L > 1 else 0.0
+        # the operand masks [G, B, width] of the *V3Keras Backprop (inputs 13, 14), or None
+        self.input_masks = self.recurrent_masks = None
+        if keras_op:
+            self.input_masks, self.recurrent_masks = (
+                _operand_mask(op, op.inputs[k], name)
+                for k, name in ((13, "input_masks"), (14, "recurrent_masks")))
+        if self.input_masks is not None or self.recurrent_masks is not None:
+            self.lstm_by_block = False  # BlockLSTMV2 has no per-gate operands
 
     def layer_input(self, layer):
         return self.I if layer == 0 else self.D * self.Hr
@@ -106,6 +127,11 @@ class _Model:
         if w is None:  # skip_input: each gate block receives x itself
             return tf.tile(inputs, [1, 1, self.G]) + bias_w
         steps_and_batch = tf.shape(inputs)[:2]
+        if self.input_masks is not None:  # gate g: (x ⊙ mask_g)·W_gᵀ, the mask at every step
+            masks = tf.cast(self.input_masks, inputs.dtype)
+            ax = tf.einsum("gtbi,ghi->tbgh", inputs[None] * masks[:, None],
+                           tf.reshape(w, [self.G, self.H, -1]))
+            return tf.reshape(ax, tf.concat([steps_and_batch, [self.G * self.H]], 0)) + bias_w
         flat = tf.reshape(inputs, [-1, inputs.shape[-1]])
         ax = tf.matmul(flat, w, transpose_b=True) + bias_w
         return tf.reshape(ax, tf.concat([steps_and_batch, [self.G * self.H]], 0))
@@ -113,7 +139,12 @@ class _Model:
     def step(self, weights, ax, h, c):
         """One cell step from its input side ax (docs/cudnn_rnn.md §4): (h_new, c_new)."""
         _, r, proj, _, bias_r = weights
-        ah = tf.matmul(h, r, transpose_b=True) + bias_r
+        if self.recurrent_masks is None:
+            ah = tf.matmul(h, r, transpose_b=True) + bias_r
+        else:  # gate g: (h ⊙ mask_g)·R_gᵀ
+            masks = tf.cast(self.recurrent_masks, h.dtype)
+            ah = tf.einsum("gbk,ghk->bgh", h[None] * masks, tf.reshape(r, [self.G, self.H, -1]))
+            ah = tf.reshape(ah, [-1, self.G * self.H]) + bias_r
         act, rec = self.act, self.rec
         if self.mode in ("rnn_tanh", "rnn_relu"):
             return act(ax + ah), c
@@ -314,4 +345,4 @@ for _prefix in (OP_NAMESPACE, ""):
         tf.RegisterGradient(_prefix + _name)(
             lambda op, *grads, _version=_version: _backprop_grad(op, grads, _version))
 tf.RegisterGradient(OP_NAMESPACE + "CudnnRNNBackpropV3Keras")(
-    lambda op, *grads: _backprop_grad(op, grads, 3))
+    lambda op, *grads: _backprop_grad(op, grads, 3) + [None, None])  # the operand masks

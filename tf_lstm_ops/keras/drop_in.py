@@ -7,11 +7,11 @@ They subclass Keras' layers and keep Keras' cell, so they have the same construc
 defaults, the same weight variables and the same ``get_config``; each layer converts its cell's
 ``kernel``, ``recurrent_kernel`` and ``bias`` to the op's cuDNN params buffer at every call. A call
 the fused kernel cannot serve (activations outside the fused set: tanh, sigmoid, relu,
-hard_sigmoid, linear, elu, softsign, silu/swish, gelu; ``recurrent_dropout`` while training,
-``use_cudnn=False``, ``unroll=True``, ``GRU(reset_after=False)``, a function compiled by XLA) runs
-Keras' own implementation instead (the Keras class's ``inner_loop``), with one warning per layer
-and reason: same results, Keras' speed. Masks of any pattern run the fused op
-(docs/keras_layers.md §3).
+hard_sigmoid, linear, elu, softsign, silu/swish, gelu; ``use_cudnn=False``, ``unroll=True``,
+``GRU(reset_after=False)``, a function compiled by XLA) runs Keras' own implementation instead
+(the Keras class's ``inner_loop``), with one warning per layer and reason: same results, Keras'
+speed. Masks of any pattern (docs/keras_layers.md §3) and ``dropout`` / ``recurrent_dropout``
+with Keras' masks (§5) run the fused op.
 """
 
 import keras
@@ -21,6 +21,7 @@ from tf_lstm_ops._fused_rnn import (
     keras_params,
     keras_rnn_loop,
     op_activations,
+    operand_masks,
     step_mask,
     warn_fallback,
 )
@@ -119,10 +120,6 @@ class _FusedRNNMixin(_Keras3Only):
         reason = self._static_fallback_reason()
         if reason is None and in_xla_context():
             reason = "compiled by XLA (jit_compile=True), where the custom op has no kernel"
-        if reason is None and self.cell.recurrent_dropout and training is not False and (
-                training is not None):
-            reason = "recurrent_dropout=%r while training (a mask on the state inside every " \
-                     "step)" % self.cell.recurrent_dropout
         if reason is not None:
             warn_fallback(self, reason)
             return keras_loop()
@@ -136,14 +133,10 @@ class _FusedRNNMixin(_Keras3Only):
             initial_state = [initial_state]
         x = _as_input(sequences, self)
         dtype = x.dtype
-        if training and self.cell.dropout:
-            # The same input dropout mask at every step, as Keras' cell does (inner_loop has
-            # drawn it from the cell's seed generator).
-            dp_mask = self.cell.get_dropout_mask(x[:, 0, :])
-            x = x * tf.expand_dims(tf.cast(dp_mask, dtype), 1)
         lstm = self._rnn_mode == "lstm"
         h0 = tf.cast(initial_state[0], dtype)
         c0 = tf.cast(initial_state[1], dtype) if lstm else None
+        x, input_masks, recurrent_masks = self._dropout(x, initial_state[0], training)
         cell = self.cell
         activations = op_activations(
             self._rnn_mode, _activation_name(cell.activation),
@@ -151,7 +144,32 @@ class _FusedRNNMixin(_Keras3Only):
             if self._rnn_mode in ("lstm", "gru") else None)
         return keras_rnn_loop(x, h0, c0, self._params(dtype), mask, self._rnn_mode,
                               self.go_backwards, self.return_sequences,
-                              self.zero_output_for_mask, training, activations)
+                              self.zero_output_for_mask, training, activations, input_masks,
+                              recurrent_masks)
+
+    def _dropout(self, x, h0, training):
+        """Keras' dropout as its cell applies it, with the masks Keras' RNN.call drew for this call
+        (the cell's seed generator, in Keras' order; docs/keras_layers.md §5): (x times the input
+        mask where one serves every gate, the op's per-gate input masks where each gate has its
+        own (implementation 1), its recurrent masks). LSTM and GRU apply a rate in (0, 1),
+        SimpleRNN any rate > 0, and only while training."""
+        cell = self.cell
+        gated = self._rnn_mode in ("lstm", "gru")
+
+        def applies(rate):
+            return bool(training) and (0 < rate < 1 if gated else rate > 0)
+
+        input_masks = recurrent_masks = None
+        if applies(cell.dropout):
+            mask = cell.get_dropout_mask(x[:, 0, :])
+            if isinstance(mask, (list, tuple)):
+                input_masks = operand_masks(self._rnn_mode, mask, x.dtype)
+            else:
+                x = x * tf.expand_dims(tf.cast(mask, x.dtype), 1)
+        if applies(cell.recurrent_dropout):
+            recurrent_masks = operand_masks(
+                self._rnn_mode, cell.get_recurrent_dropout_mask(h0), x.dtype)
+        return x, input_masks, recurrent_masks
 
 
 @_register
@@ -160,9 +178,8 @@ class LSTM(_FusedRNNMixin, keras.layers.LSTM):
 
     Same arguments, defaults, weights (``kernel [I, 4H]``, ``recurrent_kernel [H, 4H]``,
     ``bias [4H]``, gates i, f, c, o) and results as ``keras.layers.LSTM``. Calls the kernel cannot
-    serve (activations outside the fused set, ``recurrent_dropout`` while training,
-    ``use_cudnn=False``, ``unroll=True``) run ``keras.layers.LSTM``'s own implementation, with a
-    warning.
+    serve (activations outside the fused set, ``use_cudnn=False``, ``unroll=True``) run
+    ``keras.layers.LSTM``'s own implementation, with a warning.
     """
 
     _rnn_mode = "lstm"
@@ -237,9 +254,8 @@ class GRU(_FusedRNNMixin, keras.layers.GRU):
 
     Same arguments, defaults, weights (``kernel [I, 3H]``, ``recurrent_kernel [H, 3H]``,
     ``bias [2, 3H]``, gates z, r, h) and results as ``keras.layers.GRU``. Calls the kernel cannot
-    serve (``reset_after=False``, activations outside the fused set, ``recurrent_dropout`` while
-    training, ``use_cudnn=False``, ``unroll=True``) run ``keras.layers.GRU``'s own
-    implementation, with a warning.
+    serve (``reset_after=False``, activations outside the fused set, ``use_cudnn=False``,
+    ``unroll=True``) run ``keras.layers.GRU``'s own implementation, with a warning.
     """
 
     _rnn_mode = "gru"
@@ -317,8 +333,7 @@ class SimpleRNN(_FusedRNNMixin, keras.layers.SimpleRNN):
 
     Same arguments, defaults, weights (``kernel [I, H]``, ``recurrent_kernel [H, H]``,
     ``bias [H]``) and results as ``keras.layers.SimpleRNN``. Calls the kernel cannot serve
-    (an activation outside the fused set, ``recurrent_dropout`` while training, ``unroll=True``)
-    run ``keras.layers.SimpleRNN``'s own implementation, with a warning.
+    (an activation outside the fused set, ``unroll=True``) run ``keras.layers.SimpleRNN``'s own implementation, with a warning.
     """
 
     _keras_class = keras.layers.SimpleRNN

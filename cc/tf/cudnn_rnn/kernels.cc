@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cc/tf/cudnn_rnn/functor.h"
@@ -235,6 +236,50 @@ absl::Status ResolveRun(const RnnAttrs& attrs, const Tensor& input, const Tensor
   return absl::OkStatus();
 }
 
+// The operand masks of a *V3Keras op (Keras' recurrent dropout, docs/keras_layers.md §5) into
+// run: each [0] (none) or [gates, batch_size, width], and only for a model a Keras layer
+// describes (RnnTakesMasks).
+absl::Status ResolveMasks(const Tensor& input_masks, const Tensor& recurrent_masks,
+                          const RnnModel& m, RnnRun* run) {
+  const struct {
+    const Tensor& mask;
+    const char *name, *width_meaning;
+    int64_t width;
+    const void** slot;
+  } masks[] = {
+      {input_masks, "input_masks", "input_size", m.input_size, &run->input_masks},
+      {recurrent_masks, "recurrent_masks", "num_units", m.output_width(), &run->recurrent_masks},
+  };
+  for (const auto& k : masks) {
+    const Tensor& t = k.mask;
+    if (t.dims() == 1 && t.dim_size(0) == 0) continue;  // none
+    if (t.dims() != 3) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          k.name, " must be rank 3 ([gates, batch_size, ", k.width_meaning,
+          "]) or the empty vector [0] (none) but is rank ", t.dims(), " (shape ",
+          t.shape().DebugString(), ")"));
+    }
+    TF_RETURN_IF_ERROR(CheckShape(t, k.name,
+                                  {{m.gates(), "gates"}, {run->batch, "batch_size"},
+                                   {k.width, k.width_meaning}}));
+    if (!RnnTakesMasks(m)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          k.name, " (shape ", t.shape().DebugString(),
+          ") is for one-layer, unidirectional models with linear input and no projection "
+          "(Keras' layers), not num_layers ", m.num_layers, ", ", m.num_dirs,
+          " direction(s)", m.skip_input ? ", skip input" : "",
+          m.has_proj() ? absl::StrCat(", num_proj ", m.num_proj) : ""));
+    }
+    *k.slot = t.tensor_data().data();
+  }
+  return absl::OkStatus();
+}
+
+// Whether a kernel's op is a *V3Keras op (the operand masks are its last two inputs).
+bool TakesOperandMasks(OpKernelConstruction* ctx) {
+  return absl::EndsWith(ctx->def().op(), "V3Keras");
+}
+
 TensorShape OutputShape(const RnnModel& m, const RnnRun& run) {
   const int64_t width = m.num_dirs * m.output_width();
   return run.time_major ? TensorShape({run.time, run.batch, width})
@@ -280,14 +325,15 @@ absl::Status CheckReserve(const Tensor& reserve, const RnnReserveHeader& expecte
   return absl::InvalidArgumentError(absl::StrCat(
       "reserve_space ", reserve.shape().DebugString(),
       " was not produced by a training-mode (is_training=true) forward pass of this "
-      "model with these inputs' shapes, sequence_lengths, dropout and dtype"));
+      "model with these inputs' shapes, sequence_lengths, dropout, operand masks and dtype"));
 }
 
 // CudnnRNN (kVersion 1), CudnnRNNV2 (2), CudnnRNNV3 (3).
 template <typename Device, typename T, int kVersion>
 class CudnnRNNForwardOp : public OpKernel {
  public:
-  explicit CudnnRNNForwardOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+  explicit CudnnRNNForwardOp(OpKernelConstruction* ctx)
+      : OpKernel(ctx), takes_masks_(TakesOperandMasks(ctx)) {
     OP_REQUIRES_OK(ctx, attrs_.Read(ctx));
     // As TF's kernels (read once, when the kernel is built): the dropout RNG restarts from the
     // seeds on every call, so two calls with the same seeds draw the same masks.
@@ -304,6 +350,7 @@ class CudnnRNNForwardOp : public OpKernel {
     RnnModel m;
     RnnRun run;
     OP_REQUIRES_OK(ctx, ResolveRun(attrs_, input, input_h, input_c, params, seq_lengths, &m, &run));
+    if (takes_masks_) OP_REQUIRES_OK(ctx, ResolveMasks(ctx->input(5), ctx->input(6), m, &run));
     const bool lstm = m.mode == RnnMode::kLstm;
     // Inference on the CPU: a workspace of the states only, no saved gates written.
     run.keeps_gates = attrs_.is_training || !std::is_same_v<Device, CPUDevice>;
@@ -351,6 +398,7 @@ class CudnnRNNForwardOp : public OpKernel {
 
  private:
   RnnAttrs attrs_;
+  const bool takes_masks_;
   std::atomic<uint64_t> call_{0};  // dropout masks differ call to call, like cuDNN's RNG state
   bool reset_rng_state_ = false;   // TF_CUDNN_RESET_RND_GEN_STATE: call_ stays 0
 };
@@ -359,7 +407,8 @@ class CudnnRNNForwardOp : public OpKernel {
 template <typename Device, typename T, int kVersion>
 class CudnnRNNBackpropOp : public OpKernel {
  public:
-  explicit CudnnRNNBackpropOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+  explicit CudnnRNNBackpropOp(OpKernelConstruction* ctx)
+      : OpKernel(ctx), takes_masks_(TakesOperandMasks(ctx)) {
     OP_REQUIRES_OK(ctx, attrs_.Read(ctx));
   }
 
@@ -375,6 +424,12 @@ class CudnnRNNBackpropOp : public OpKernel {
     RnnModel m;
     RnnRun run;
     OP_REQUIRES_OK(ctx, ResolveRun(attrs_, *in[0], *in[1], *in[2], *in[3], seq_lengths, &m, &run));
+    if (takes_masks_) {
+      const Tensor *input_masks, *recurrent_masks;
+      OP_REQUIRES_OK(ctx, ctx->input("input_masks", &input_masks));
+      OP_REQUIRES_OK(ctx, ctx->input("recurrent_masks", &recurrent_masks));
+      OP_REQUIRES_OK(ctx, ResolveMasks(*input_masks, *recurrent_masks, m, &run));
+    }
     const bool lstm = m.mode == RnnMode::kLstm;
 
     // The forward results and their gradients must have the forward's shapes.
@@ -448,6 +503,7 @@ class CudnnRNNBackpropOp : public OpKernel {
 
  private:
   RnnAttrs attrs_;
+  const bool takes_masks_;
 };
 
 // CudnnRNNDropoutKept (CPU): the dropout masks a training forward drew, read from its reserve

@@ -188,23 +188,28 @@ REGISTER_OP("TfLstm>CudnnRNNBackpropV3")
     .Attr("time_major: bool = true")
     .SetShapeFn(BackpropShape);
 
-// CudnnRNNV3Keras and its Backprop (ours alone): CudnnRNNV3 and CudnnRNNBackpropV3 with
-// Keras' element-wise activations (docs/cudnn_rnn.md §4.7): `activation` for the candidate and
+// CudnnRNNV3Keras and its Backprop (ours alone): CudnnRNNV3 and CudnnRNNBackpropV3 with Keras'
+// cell options: its element-wise activations (docs/cudnn_rnn.md §4.7): `activation` for the candidate and
 // LSTM's output (a plain RNN's one activation), `recurrent_activation` for the gates (LSTM, GRU);
 // "" is cuDNN's (tanh / sigmoid; relu for rnn_relu). Everything else is V3's. TF's CudnnRNNV3
 // keeps its signature; the Keras layers run these.
 #define TF_LSTM_RNN_ACTIVATION_ATTRS \
   .Attr("activation: string = ''").Attr("recurrent_activation: string = ''")
 
+// They also take Keras' recurrent dropout masks (docs/keras_layers.md §5): input_masks
+// [gates, batch_size, input_size] and recurrent_masks [gates, batch_size, num_units], each [0]
+// for none; the Backprop takes the forward's.
+#define TF_LSTM_RNN_OPERAND_MASKS .Input("input_masks: T").Input("recurrent_masks: T")
+
 REGISTER_OP("TfLstm>CudnnRNNV3Keras")
-    TF_LSTM_RNN_V3_FORWARD_IO
+    TF_LSTM_RNN_V3_FORWARD_IO TF_LSTM_RNN_OPERAND_MASKS
     .Attr(kTypes) TF_LSTM_RNN_COMMON_ATTRS.Attr("num_proj: int = 0")
     .Attr("is_training: bool = true")
     .Attr("time_major: bool = true") TF_LSTM_RNN_ACTIVATION_ATTRS
     .SetShapeFn([](InferenceContext* c) { return ForwardShape(c, true); });
 
 REGISTER_OP("TfLstm>CudnnRNNBackpropV3Keras")
-    TF_LSTM_RNN_V3_BACKPROP_IO
+    TF_LSTM_RNN_V3_BACKPROP_IO TF_LSTM_RNN_OPERAND_MASKS
     .Attr(kTypes) TF_LSTM_RNN_COMMON_ATTRS.Attr("num_proj: int = 0")
     .Attr("time_major: bool = true") TF_LSTM_RNN_ACTIVATION_ATTRS
     .SetShapeFn(BackpropShape);
