@@ -296,3 +296,42 @@ def test_a_mask_that_does_not_fit_the_inputs_is_an_error(rng, kind, mask, graph)
         lambda x, m: layer(x, mask=m))
     with pytest.raises(tf.errors.InvalidArgumentError, match="mask must have the shape"):
         call(x, tf.constant(mask))
+
+
+def _values_tensor(t):
+    return t.flat_values if isinstance(t, tf.RaggedTensor) else t
+
+
+def _values(t):
+    return _values_tensor(t).numpy()
+
+
+@pytest.mark.parametrize("go_backwards", [False, True])
+@pytest.mark.parametrize("kind", ["lstm", "gru", "rnn_tanh"])
+def test_ragged_inputs_run_the_kernel(rng, caplog, kind, go_backwards):
+    """A RaggedTensor input (tf_keras pads it and uses its row lengths): ours runs the kernel,
+    eagerly and in a tf.function, and returns what tf_keras returns, a RaggedTensor of the
+    sequence outputs (in processing order with go_backwards) and dense states, with equal
+    gradients, in float64."""
+    rows = [rng.uniform(-1, 1, (n, I)) for n in (T, 1, 3, 2)]
+    x = tf.ragged.constant([r.tolist() for r in rows], ragged_rank=1, dtype=tf.float64)
+    ours, theirs = pair(rng, kind, return_sequences=True, return_state=True,
+                        go_backwards=go_backwards, dtype="float64")
+
+    def run(layer):
+        with tf.GradientTape() as tape:
+            outs = layer(x)
+            loss = sum(tf.reduce_sum(tf.sin(_values_tensor(o))) for o in outs)
+        return outs, tape.gradient(loss, layer.trainable_weights)
+
+    with caplog.at_level("INFO", logger="tf_lstm_ops"):
+        got = run(ours)
+        in_graph = tf.function(lambda v: ours(v))(x)
+    assert "tf_lstm_ops" not in caplog.text
+    want = run(theirs)
+    assert isinstance(got[0][0], tf.RaggedTensor) and isinstance(in_graph[0], tf.RaggedTensor)
+    np.testing.assert_array_equal(got[0][0].row_lengths(), want[0][0].row_lengths())
+    for a, b in zip(list(got[0]) + got[1], list(want[0]) + want[1]):
+        np.testing.assert_allclose(_values(a), _values(b), atol=1e-12)
+    for a, b in zip(in_graph, want[0]):
+        np.testing.assert_allclose(_values(a), _values(b), atol=1e-12)

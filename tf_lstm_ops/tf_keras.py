@@ -16,8 +16,8 @@ where tf_keras runs its cuDNN-compatible implementation (tanh/sigmoid, no
 ``recurrent_dropout``, no ``unroll``, GRU ``reset_after``), with that implementation's input
 dropout, and also where tf_keras runs its per-step loop, with that loop's dropout masks:
 ``use_bias=False``, the other fused activations (relu, hard_sigmoid, linear, elu, softsign,
-swish, gelu), ``recurrent_dropout``, ``implementation=1``; ``time_major=True`` and masks of any
-pattern too. Every other call (``unroll``, ``GRU(reset_after=False)``, ragged inputs, XLA
+swish, gelu), ``recurrent_dropout``, ``implementation=1``; ``time_major=True``, masks of any
+pattern and ragged inputs too. Every other call (``unroll``, ``GRU(reset_after=False)``, XLA
 compilation, other activations) runs the tf_keras class's own ``call``, with one warning per
 layer and reason. Results equal tf_keras'.
 """
@@ -130,8 +130,9 @@ class _FusedCall:
         reason = self._static_fallback_reason()
         if reason is None and kwargs.get("constants") is not None:
             reason = "constants"
-        if reason is None and isinstance(inputs, tf.RaggedTensor):
-            reason = "ragged inputs"
+        ragged = isinstance(inputs, tf.RaggedTensor)
+        if reason is None and ragged and self.time_major:
+            reason = "ragged inputs with time_major=True (tf_keras' own call fails on them)"
         if reason is None and in_xla_context():
             reason = "compiled by XLA (jit_compile=True), where the custom op has no kernel"
         if reason is not None:
@@ -139,9 +140,15 @@ class _FusedCall:
             return keras_call()
         if isinstance(mask, list):
             mask = mask[0]
-        return self._fused_call(inputs, mask, training, initial_state)
+        row_lengths = None
+        if ragged:  # as tf_keras: the padded tensor, its rows' lengths as the mask
+            self._validate_args_if_ragged(True, mask)  # (tf_keras' errors: a mask, unroll)
+            row_lengths = tf.cast(inputs.nested_row_lengths()[0], tf.int32)
+            inputs = inputs.to_tensor()
+            mask = tf.sequence_mask(row_lengths, tf.shape(inputs)[1])
+        return self._fused_call(inputs, mask, training, initial_state, row_lengths)
 
-    def _fused_call(self, inputs, mask, training, initial_state):
+    def _fused_call(self, inputs, mask, training, initial_state, row_lengths=None):
         inputs, initial_state, _ = self._process_inputs(inputs, initial_state, None)
         x = tf.convert_to_tensor(inputs)
         if not x.dtype.is_floating:
@@ -175,10 +182,22 @@ class _FusedCall:
             self.add_update(updates)
         if self.time_major and self.return_sequences:
             outputs = tf.transpose(outputs, [1, 0, 2])
+        if row_lengths is not None and self.return_sequences:
+            outputs = _to_ragged(outputs, row_lengths, self.go_backwards)
         output = outputs if self.return_sequences else last
         if self.return_state:
             return [output] + list(states)
         return output
+
+
+def _to_ragged(outputs, row_lengths, go_backwards):
+    """The ragged sequence output of ragged inputs, as tf_keras builds it: each row's first
+    `length` outputs, in processing order (with go_backwards those are at the end of the padded
+    outputs, which are in reversed time)."""
+    if not go_backwards:
+        return tf.RaggedTensor.from_tensor(outputs, row_lengths)
+    ragged = tf.RaggedTensor.from_tensor(tf.reverse(outputs, [1]), row_lengths)
+    return tf.reverse(ragged, [1])
 
 
 def _gpu_kernel_reason(layer):
