@@ -155,6 +155,39 @@ TF_LSTM_HOST_DEVICE inline GruGradients<A> GruAnyBackward(A r, A u, A n, A sr, A
   return g;
 }
 
+// GRU resetting before (Keras' reset_after=False; docs/cudnn_rnn.md §4.8): the candidate's
+// recurrent product reads r ⊙ h_prev, n = act(x_c + (r ⊙ h_prev)·R_hᵀ + b_Rh), so a step runs
+// the gates' product, then the candidate's on r ⊙ h_prev. Saved: a_r, a_u, a_n and r ⊙ h_prev
+// (the candidate product's operand, for dR_h). h_operand is h_prev (times the candidate's
+// recurrent dropout mask where there is one), mask that mask or 1.
+template <typename A>
+TF_LSTM_HOST_DEVICE inline A GruResetOperand(A r, A h_operand) {
+  return r * h_operand;
+}
+// From the candidate and update gate's values and slopes: the gate gradients but r's (which
+// needs d(r ⊙ h) = d_n·R_h, the candidate product's backward: GruResetGateBackward) and the
+// direct term. Recurrent-side gradients equal the input side's (nothing multiplies h_c).
+template <typename A>
+TF_LSTM_HOST_DEVICE inline GruGradients<A> GruResetCandidateBackward(A u, A n, A su, A sn,
+                                                                     A h_prev, A dh) {
+  GruGradients<A> g;
+  g.d_xc = g.d_hc = dh * (A(1) - u) * sn;
+  g.d_u = dh * (h_prev - n) * su;
+  g.d_r = A(0);
+  g.h_prev_direct = dh * u;
+  return g;
+}
+// From d_rh = d(r ⊙ h_operand): r's gate gradient, and h_prev's term through the operand.
+template <typename A>
+struct GruResetGateGradients {
+  A d_r, h_prev_term;
+};
+template <typename A>
+TF_LSTM_HOST_DEVICE inline GruResetGateGradients<A> GruResetGateBackward(A d_rh, A r, A sr,
+                                                                         A h_operand, A mask) {
+  return {d_rh * h_operand * sr, d_rh * r * mask};
+}
+
 // Per element: LSTM forward from the pre-activations; writes c and m = o·act(c).
 template <typename A, typename Math>
 TF_LSTM_HOST_DEVICE inline void LstmAnyForwardAt(RnnActivation act, RnnActivation rec, A a_i,

@@ -46,6 +46,9 @@ struct RnnModel {
   bool custom_activations = false;
   RnnActivation activation = RnnActivation::kTanh;
   RnnActivation recurrent_activation = RnnActivation::kSigmoid;
+  // GRU only: reset before the recurrent product, (r ⊙ h)·R_hᵀ (Keras' reset_after=False),
+  // instead of cuDNN's r ⊙ (h·R_hᵀ + b_Rh); its saved gates hold pre-activations.
+  bool gru_reset_before = false;
 
   int gates() const { return GatesOf(mode); }
   int64_t gate_width() const { return gates() * num_units; }
@@ -57,6 +60,8 @@ struct RnnModel {
     return layer == 0 ? input_size : num_dirs * output_width();
   }
   bool skips(int64_t layer) const { return layer == 0 && skip_input; }
+  // Whether the saved gates hold pre-activations (Keras' cells) rather than cuDNN's values.
+  bool saves_pre_activations() const { return custom_activations || gru_reset_before; }
   ActivationChoice activations() const {
     return {custom_activations, activation, recurrent_activation};
   }

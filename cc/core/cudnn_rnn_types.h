@@ -117,7 +117,7 @@ class WorkspaceLayout {
     const bool lstm = m.mode == RnnMode::kLstm;
     // Keras' activations save pre-activations, a plain RNN's too (its slope may need them).
     const bool gated = m.mode == RnnMode::kLstm || m.mode == RnnMode::kGru;
-    const bool saved = (gated || m.custom_activations) && run.keeps_gates;
+    const bool saved = (gated || m.saves_pre_activations()) && run.keeps_gates;
     keeps_gates_ = saved;
     const int64_t per_pseudo_layer = tb * (m.output_width() + (lstm ? m.num_units : 0) +
                                            (saved ? SavedGatesOf(m.mode) * m.num_units : 0));
@@ -171,7 +171,8 @@ inline uint64_t RnnConfigHash(const RnnModel& m, const RnnRun& run, const RnnDro
                                  static_cast<int64_t>(m.recurrent_activation)
                            : 0;
   for (int64_t v : {m.num_layers, m.num_units, m.input_size, m.num_proj, m.num_dirs,
-                    static_cast<int64_t>(m.skip_input), activations, run.time, run.batch,
+                    static_cast<int64_t>(m.skip_input), activations,
+                    static_cast<int64_t>(m.gru_reset_before), run.time, run.batch,
                     static_cast<int64_t>(run.time_major), static_cast<int64_t>(dtype_size),
                     // (a backward must multiply by masks where the forward did)
                     static_cast<int64_t>(run.input_masks != nullptr) +

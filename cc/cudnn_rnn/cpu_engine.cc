@@ -59,12 +59,13 @@ void FromTimeMajor(const CPUDevice& d, const RnnRun& run, int64_t n, const A* sr
 // ---- Keras' recurrent dropout: per-gate operand masks (docs/keras_layers.md §5) ---------------
 
 // out[k] (+)= v[k] ⊙ mask[k mod period] for k in [begin, end): a gate's masked operand, or a
-// masked gradient summed over the gates (a [B, n] mask repeats over the steps of [T·B, n]).
+// masked gradient summed over the gates (a [B, n] mask repeats over the steps of [T·B, n]). A
+// null mask is none (v itself).
 template <typename A>
 void MaskOperand(int64_t begin, int64_t end, int64_t period, const A* v, const A* mask,
                  bool accumulate, A* out) {
   for (int64_t k = begin; k < end; ++k) {
-    const A masked = MaskedOperand(v[k], mask[k % period]);
+    const A masked = mask ? MaskedOperand(v[k], mask[k % period]) : v[k];
     out[k] = accumulate ? out[k] + masked : masked;
   }
 }
@@ -141,8 +142,10 @@ struct TeamPlan {
   // product h·Rᵀ (its G·n rows of R, as Rᵀ columns), per output slice for the backward product
   // dgh·R (its n columns of R).
   // With recurrent masks (Keras' recurrent dropout, docs/keras_layers.md §5) every gate's
-  // product has its own left operand: the forward multiplies gate by gate, and the backward
-  // packs each gate's H rows of R apart (per_gate), each slice's gates one after the other.
+  // product has its own left operand, and a GRU resetting before has two products a step (the
+  // candidate's reads r ⊙ h): the forward multiplies gate by gate, and the backward packs each
+  // gate's H rows of R apart (per_gate), each slice's gates one after the other. Such a GRU
+  // takes two phases a step, as a projection does.
   SlicePacking fwd, bwd;  // their bounds(): the slices over H and over Hr
   bool per_gate;
   int slices;             // team units per direction
@@ -152,10 +155,10 @@ struct TeamPlan {
       : fwd(UnitSlices(m.num_units, Share(d, m)), m.output_width(), m.gates(),
             PackFor(run.batch)),
         bwd(m.has_proj() ? UnitSlices(m.num_proj, Share(d, m)) : fwd.bounds(),
-            run.recurrent_masks ? m.num_units : m.gate_width(), 1, PackFor(run.batch)),
-        per_gate(run.recurrent_masks != nullptr),
+            PerGate(m, run) ? m.num_units : m.gate_width(), 1, PackFor(run.batch)),
+        per_gate(PerGate(m, run)),
         slices(std::max(fwd.slices(), bwd.slices())),
-        phases_per_step(m.has_proj() ? 2 : 1) {}
+        phases_per_step(m.has_proj() || m.gru_reset_before ? 2 : 1) {}
   int units(const RnnModel& m) const { return static_cast<int>(m.num_dirs) * slices; }
   // Pack* pack R for a direction's time loop; the products (of the state's B rows) read it
   // from there, or from R itself where the plan packs nothing (batches of a few rows).
@@ -195,6 +198,9 @@ struct TeamPlan {
   }
 
  private:
+  static bool PerGate(const RnnModel& m, const RnnRun& run) {
+    return run.recurrent_masks != nullptr || m.gru_reset_before;
+  }
   int64_t GateRows(const RnnModel& m) const { return per_gate ? m.num_units : 0; }
   static int64_t Share(const CPUDevice& d, const RnnModel& m) {
     return std::max<int64_t>(1, (d.numThreads() + m.num_dirs - 1) / m.num_dirs);
@@ -338,6 +344,25 @@ void BackwardRowAny(const RnnModel& m, int64_t n, const A* saved, const A* c_row
   }
 }
 
+// The backward of a GRU resetting before, for one row's n units from the saved pre-activations
+// (first phase: all but r's gate gradient, which needs every unit's candidate gradient).
+template <typename A, typename Math>
+void BackwardRowResetCandidate(const RnnModel& m, int64_t n, const A* saved, const A* h_in,
+                               const A* dh, A* gx, A* gh, A* direct) {
+  const int64_t H = m.num_units;
+  A* v = RowScratch<A>(4 * n);  // u, the candidate, their slopes
+  ActivateRow<A, Math>(m.recurrent_activation, saved + H, v, n);
+  ActivateRow<A, Math>(m.activation, saved + 2 * H, v + n, n);
+  SlopeRow<A, Math>(m.recurrent_activation, saved + H, v + 2 * n, n);
+  SlopeRow<A, Math>(m.activation, saved + 2 * H, v + 3 * n, n);
+  for (int64_t j = 0; j < n; ++j) {
+    const GruGradients<A> g =
+        GruResetCandidateBackward(v[j], v[n + j], v[2 * n + j], v[3 * n + j], h_in[j], dh[j]);
+    StoreGruGateGradients(g, H, j, gx, gh);
+    direct[j] = g.h_prev_direct;
+  }
+}
+
 // Forward work of cell slice u (units [j0, j1)) at step `step`: its block of the recurrent GEMM,
 // rec_u = h_prev·R_uᵀ ([B, G·gn], gates in order, each padded to gn columns; gate g from
 // h_prev ⊙ h_masks[g] where given), then the element-wise pass of its units, which writes c,
@@ -445,6 +470,119 @@ void ForwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vector
   }
 }
 
+// ---- GRU resetting before (Keras' reset_after=False; docs/cudnn_rnn.md §4.8) -------------------
+// Two phases a step: the gates (ForwardResetGates) write r ⊙ h for their units into the
+// direction's reset buffer; once every unit's is there, the candidates (ForwardResetCandidates)
+// multiply it by their columns of R_h. The reset buffer [B, 2H] holds r ⊙ h, then a_u (the
+// update gate's pre-activation, kept across the phases for inference, which saves nothing).
+
+// h_prev times the candidate's recurrent mask (gate 2), or h_prev: r ⊙ that is the operand.
+template <typename A>
+A CandidateOperand(const A* h_prev, const A* h_masks, int64_t B, int64_t H, int64_t b,
+                   int64_t k) {
+  return h_masks ? MaskedOperand(h_prev[b * H + k], h_masks[(2 * B + b) * H + k])
+                 : h_prev[b * H + k];
+}
+
+template <typename A, typename Math>
+void ForwardResetGates(const PseudoLayer<A>& pl, const RnnRun& run,
+                       const std::vector<int64_t>& len, int64_t step, const TeamPlan& plan,
+                       int u, const A* r_packed, const A* h_masks, const A* xw, A* rec,
+                       A* reset_buf) {
+  const RnnModel& m = pl.m;
+  const SlicePacking& packing = plan.fwd;
+  const int64_t T = run.time, B = run.batch, H = m.num_units, G = m.gate_width();
+  const int64_t j0 = packing.bounds()[u], n = packing.bounds()[u + 1] - j0;
+  const int64_t gn = packing.gate_cols(u), row = m.gates() * gn;
+  if (n == 0) return;
+  const int64_t t = TimeOf(pl.dir, step, T);
+  const A* h_prev = pl.h_before(step, T, B);
+  A* rec_u = rec + B * packing.col0(u);
+  for (int g = 0; g < 2; ++g) {  // r and u (the candidate's product waits for r ⊙ h)
+    const A* operand = h_prev;
+    if (h_masks != nullptr) {
+      A* masked = RowScratch<A, 1>(B * H);
+      MaskOperand<A>(0, B * H, B * H, h_prev, h_masks + g * B * H, false, masked);
+      operand = masked;
+    }
+    plan.ForwardGateProduct(m, u, g, B, operand, pl.r, r_packed, rec_u, row);
+  }
+  A* rh = reset_buf;
+  A* a_u = reset_buf + B * H;
+  A* r = RowScratch<A>(n);
+  for (int64_t b = 0; b < B; ++b) {
+    if (t >= len[b]) {  // (the candidates hold this row's state; its operand is never read)
+      std::fill(rh + b * H + j0, rh + b * H + j0 + n, A(0));
+      continue;
+    }
+    const A* gx = xw + (t * B + b) * G + j0;
+    const A* gh = rec_u + b * row;
+    const A* bw = pl.bias_w + j0;
+    const A* br = pl.bias_r + j0;
+    for (int64_t j = 0; j < n; ++j) {
+      r[j] = (gx[j] + bw[j]) + (gh[j] + br[j]);
+      a_u[b * H + j0 + j] = (gx[H + j] + bw[H + j]) + (gh[gn + j] + br[H + j]);
+    }
+    if (pl.gates != nullptr) {
+      A* saved = pl.gates + (t * B + b) * kSavedGates * H + j0;
+      std::memcpy(saved, r, n * sizeof(A));
+      std::memcpy(saved + H, a_u + b * H + j0, n * sizeof(A));
+    }
+    ActivateRow<A, Math>(m.recurrent_activation, r, r, n);
+    for (int64_t j = 0; j < n; ++j) {
+      rh[b * H + j0 + j] =
+          GruResetOperand(r[j], CandidateOperand(h_prev, h_masks, B, H, b, j0 + j));
+    }
+  }
+}
+
+template <typename A, typename Math>
+void ForwardResetCandidates(const PseudoLayer<A>& pl, const RnnRun& run,
+                            const std::vector<int64_t>& len, int64_t step, const TeamPlan& plan,
+                            int u, const A* r_packed, const A* xw, A* rec,
+                            const A* reset_buf) {
+  const RnnModel& m = pl.m;
+  const SlicePacking& packing = plan.fwd;
+  const int64_t T = run.time, B = run.batch, H = m.num_units, G = m.gate_width();
+  const int64_t j0 = packing.bounds()[u], n = packing.bounds()[u + 1] - j0;
+  const int64_t gn = packing.gate_cols(u), row = m.gates() * gn;
+  if (n == 0) return;
+  const int64_t t = TimeOf(pl.dir, step, T);
+  const A* h_prev = pl.h_before(step, T, B);
+  const A* rh = reset_buf;
+  const A* a_u = reset_buf + B * H;
+  A* h_out = pl.h + t * B * H;
+  A* rec_u = rec + B * packing.col0(u);
+  plan.ForwardGateProduct(m, u, 2, B, rh, pl.r, r_packed, rec_u, row);
+  A* a_n = RowScratch<A>(3 * n);
+  A* cand = a_n + n;
+  A* upd = cand + n;
+  for (int64_t b = 0; b < B; ++b) {
+    A* saved = pl.gates ? pl.gates + (t * B + b) * kSavedGates * H + j0 : nullptr;
+    if (t >= len[b]) {  // past this sequence's end: hold the state
+      std::memcpy(h_out + b * H + j0, h_prev + b * H + j0, n * sizeof(A));
+      for (int g = 0; saved && g < kSavedGates; ++g) {
+        std::fill(saved + g * H, saved + g * H + n, A(0));
+      }
+      continue;
+    }
+    const A* gx = xw + (t * B + b) * G + j0;
+    const A* gh = rec_u + b * row + 2 * gn;
+    const A* bw = pl.bias_w + j0;
+    const A* br = pl.bias_r + j0;
+    for (int64_t j = 0; j < n; ++j) a_n[j] = (gx[2 * H + j] + bw[2 * H + j]) + (gh[j] + br[2 * H + j]);
+    if (saved != nullptr) {
+      std::memcpy(saved + 2 * H, a_n, n * sizeof(A));
+      std::memcpy(saved + 3 * H, rh + b * H + j0, n * sizeof(A));
+    }
+    ActivateRow<A, Math>(m.activation, a_n, cand, n);
+    ActivateRow<A, Math>(m.recurrent_activation, a_u + b * H + j0, upd, n);
+    for (int64_t j = 0; j < n; ++j) {
+      h_out[b * H + j0 + j] = GruAnyOutput(upd[j], cand[j], h_prev[b * H + j0 + j]);
+    }
+  }
+}
+
 // Forward work of output slice [k0, k1) with a projection, once all of m is done: h = Pmat·m
 // for its outputs where the row ran, the held state elsewhere.
 template <typename A>
@@ -471,7 +609,7 @@ template <typename A, typename Math>
 void ForwardLayer(const CPUDevice& d, const std::vector<PseudoLayer<A>>& pls,
                   const TeamPlan& plan, const RnnRun& run, const std::vector<int64_t>& len,
                   const A* x, const OperandMasks<A>& masks, A* xw, A* rec, A* m_buf,
-                  A* r_packed, A* y) {
+                  A* reset_buf, A* r_packed, A* y) {
   const RnnModel& m = pls[0].m;
   const int64_t T = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
   const int64_t G = m.gate_width(), D = m.num_dirs;
@@ -483,12 +621,22 @@ void ForwardLayer(const CPUDevice& d, const std::vector<PseudoLayer<A>>& pls,
   RunPhases(d, T * K, plan.units(m), [&](int64_t phase, int unit) {
     const int64_t dir = unit / plan.slices, u = unit % plan.slices, step = phase / K;
     const PseudoLayer<A>& pl = pls[dir];
-    if (phase % K == 0) {
+    const A* packed = r_packed + dir * plan.fwd.size();
+    A* rec_dir = rec + dir * B * plan.fwd.total_cols();
+    A* reset_dir = reset_buf ? reset_buf + dir * 2 * B * H : nullptr;
+    if (m.gru_reset_before) {
       if (u >= plan.fwd.slices()) return;
-      ForwardCells<A, Math>(pl, run, len, step, plan, static_cast<int>(u),
-                            r_packed + dir * plan.fwd.size(), masks.recurrent,
-                            xw + dir * T * B * G,
-                            rec + dir * B * plan.fwd.total_cols(),
+      if (phase % K == 0) {
+        ForwardResetGates<A, Math>(pl, run, len, step, plan, static_cast<int>(u), packed,
+                                   masks.recurrent, xw + dir * T * B * G, rec_dir, reset_dir);
+      } else {
+        ForwardResetCandidates<A, Math>(pl, run, len, step, plan, static_cast<int>(u), packed,
+                                        xw + dir * T * B * G, rec_dir, reset_dir);
+      }
+    } else if (phase % K == 0) {
+      if (u >= plan.fwd.slices()) return;
+      ForwardCells<A, Math>(pl, run, len, step, plan, static_cast<int>(u), packed,
+                            masks.recurrent, xw + dir * T * B * G, rec_dir,
                             m_buf ? m_buf + dir * B * H : nullptr);
     } else {
       if (u >= plan.bwd.slices()) return;
@@ -549,6 +697,7 @@ bool ForwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const 
   A* r_packed = scratch.Take<A>(D * plan.fwd.size());
   A* y = scratch.Take<A>(T_ * B * D * Hr);
   A* m_buf = m.has_proj() ? scratch.Take<A>(D * B * H) : nullptr;
+  A* reset_buf = m.gru_reset_before ? scratch.Take<A>(D * 2 * B * H) : nullptr;
   // output_h then output_c, in the compute type
   A* final_state = scratch.Take<A>(LD * B * (Hr + (lstm ? H : 0)));
   if (scratch.counting() || !scratch.ok()) return scratch.ok();
@@ -557,7 +706,8 @@ bool ForwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const 
     std::vector<PseudoLayer<A>> pls;
     pls.reserve(D);
     for (int64_t dir = 0; dir < D; ++dir) pls.emplace_back(m, l * D + dir, P, ws, lay, h0, c0, B);
-    ForwardLayer<A, MathFor<T>>(d, pls, plan, run, len, x, masks, xw, rec, m_buf, r_packed, y);
+    ForwardLayer<A, MathFor<T>>(d, pls, plan, run, len, x, masks, xw, rec, m_buf, reset_buf,
+                                r_packed, y);
     for (int64_t dir = 0; dir < D; ++dir) {
       // Final state: after the last processed step (rows past their end held it there).
       const int64_t p = l * D + dir, t_last = TimeOf(dir, T_ - 1, T_);
@@ -624,14 +774,16 @@ void BackwardOutputs(const PseudoLayer<A>& pl, const RnnRun& run, const std::vec
   if (s > 0) {
     const int64_t t = TimeOf(pl.dir, T - s, T);
     const A* dgh_t = buf.dgh + t * B * G;
-    if (buf.h_masks == nullptr) {
+    if (!plan.per_gate) {
       plan.BackwardProduct(m, u, B, dgh_t, pl.r, buf.r_packed, buf.carry + k0, Hr);
-    } else {  // Σ_g (dgh_g·R_g) ⊙ h_masks[g]: gate g's term went through its mask
+    } else {  // Σ_g (dgh_g·R_g) ⊙ h_masks[g]: gate g's term through its mask (if any); a GRU
+              // resetting before has its candidate's in the direct term (BackwardResetGates)
       A* term = RowScratch<A, 2>(B * n);
-      for (int g = 0; g < m.gates(); ++g) {
+      for (int g = 0; g < (m.gru_reset_before ? 2 : m.gates()); ++g) {
         plan.BackwardProduct(m, u, B, dgh_t, pl.r, buf.r_packed, term, n, g);
         for (int64_t b = 0; b < B; ++b) {
-          MaskOperand<A>(0, n, n, term + b * n, buf.h_masks + (g * B + b) * Hr + k0, g > 0,
+          MaskOperand<A>(0, n, n, term + b * n,
+                         buf.h_masks ? buf.h_masks + (g * B + b) * Hr + k0 : nullptr, g > 0,
                          buf.carry + b * Hr + k0);
         }
       }
@@ -691,7 +843,11 @@ void BackwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vecto
     const A* __restrict dh_row = dht + b * Hr + j0;
     A* __restrict gx_row = gx;
     A* __restrict gh_row = gh;
-    if (m.custom_activations) {
+    if (m.gru_reset_before) {
+      BackwardRowResetCandidate<A, Math>(m, n, pl.gates + (t * B + b) * kSavedGates * H + j0,
+                                         h_prev + b * Hr + j0, dh_row, gx_row, gh_row,
+                                         buf.direct + b * Hr + j0);
+    } else if (m.custom_activations) {
       const bool lstm = m.mode == RnnMode::kLstm;
       BackwardRowAny<A, Math>(
           m, n, pl.gates + (t * B + b) * SavedGatesOf(m.mode) * H + j0,
@@ -736,6 +892,41 @@ void BackwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vecto
   }
 }
 
+// The second phase of a sweep step of a GRU resetting before, for output slice u (once every
+// unit's candidate gradient is there): d(r ⊙ h) = d_n·R_h for its units, then r's gate
+// gradients and h_prev's term through r ⊙ h, added to the direct term.
+template <typename A, typename Math>
+void BackwardResetGates(const PseudoLayer<A>& pl, const RnnRun& run,
+                        const std::vector<int64_t>& len, int64_t step, const TeamPlan& plan,
+                        int u, const SweepBuffers<A>& buf) {
+  const RnnModel& m = pl.m;
+  const int64_t T = run.time, B = run.batch, H = m.num_units, G = m.gate_width();
+  const int64_t k0 = plan.bwd.bounds()[u], n = plan.bwd.bounds()[u + 1] - k0;
+  if (n == 0) return;
+  const int64_t t = TimeOf(pl.dir, step, T);
+  const A* h_prev = pl.h_before(step, T, B);
+  A* d_rh = RowScratch<A, 2>(B * n);
+  plan.BackwardProduct(m, u, B, buf.dgh + t * B * G, pl.r, buf.r_packed, d_rh, n, 2);
+  A* r = RowScratch<A>(2 * n);
+  A* sr = r + n;
+  for (int64_t b = 0; b < B; ++b) {
+    if (t >= len[b]) continue;
+    const A* saved = pl.gates + (t * B + b) * kSavedGates * H + k0;
+    ActivateRow<A, Math>(m.recurrent_activation, saved, r, n);
+    SlopeRow<A, Math>(m.recurrent_activation, saved, sr, n);
+    A* gx = buf.dgx + (t * B + b) * G + k0;
+    A* gh = buf.dgh + (t * B + b) * G + k0;
+    for (int64_t j = 0; j < n; ++j) {
+      const A mask = buf.h_masks ? buf.h_masks[(2 * B + b) * H + k0 + j] : A(1);
+      const GruResetGateGradients<A> g = GruResetGateBackward(
+          d_rh[b * n + j], r[j], sr[j], CandidateOperand(h_prev, buf.h_masks, B, H, b, k0 + j),
+          mask);
+      gx[j] = gh[j] = g.d_r;
+      buf.direct[b * H + k0 + j] += g.h_prev_term;
+    }
+  }
+}
+
 // Backward of layer `pls[0].layer`, all its directions at once: one RunPhases team for the
 // reverse sweeps, T·phases_per_step + 1 phases: phase s·phases_per_step runs the output slices
 // of every direction (BackwardOutputs), then the cell slices of sweep step s (BackwardCells) run
@@ -758,10 +949,15 @@ void BackwardLayer(const CPUDevice& d, const std::vector<PseudoLayer<A>>& pls,
     if (phase % K == 0 && u < plan.bwd.slices()) {
       BackwardOutputs(pls[dir], run, len, s, plan, u, dy, bufs[dir]);
     }
-    if (s < T && (K == 1 || phase % K == 1) && u < plan.fwd.slices()) {
+    // (a projection's cells need all of dL/dh; a GRU resetting before runs r's gate after)
+    const bool cells_now = K == 1 || phase % K == (m.has_proj() ? 1 : 0);
+    if (s < T && cells_now && u < plan.fwd.slices()) {
       const std::vector<int64_t>& cell = plan.fwd.bounds();
       BackwardCells<A, Math>(pls[dir], run, len, T - 1 - s, cell[u], cell[u + 1],
                              bufs[dir]);
+    }
+    if (s < T && m.gru_reset_before && phase % K == 1 && u < plan.bwd.slices()) {
+      BackwardResetGates<A, Math>(pls[dir], run, len, T - 1 - s, plan, u, bufs[dir]);
     }
   });
   // Whole-sequence products.
@@ -801,11 +997,19 @@ void BackwardLayer(const CPUDevice& d, const std::vector<PseudoLayer<A>>& pls,
         }
       });
     }
-    if (masks.recurrent != nullptr) {  // per gate: dR_g from h_prev ⊙ mask_g
+    if (plan.per_gate) {  // per gate: dR_g from its operand
       for (int g = 0; g < m.gates(); ++g) {
-        MaskOperand(d, rows * Hr, B * Hr, h_prev_seq, masks.recurrent + g * B * Hr, false,
-                    masks.operand);
-        Gemm(d, true, false, H, Hr, rows, dgh + g * H, G, masks.operand, Hr, false,
+        const A* operand = h_prev_seq;  // h_prev, times its mask where there is one
+        int64_t ld = Hr;
+        if (m.gru_reset_before && g == 2) {  // r ⊙ h_prev, saved
+          operand = pl.gates + 3 * H;
+          ld = kSavedGates * H;
+        } else if (masks.recurrent != nullptr) {
+          MaskOperand(d, rows * Hr, B * Hr, h_prev_seq, masks.recurrent + g * B * Hr, false,
+                      masks.operand);
+          operand = masks.operand;
+        }
+        Gemm(d, true, false, H, Hr, rows, dgh + g * H, G, operand, ld, false,
              dparams + reg.r + g * H * Hr, Hr, gemm::Sum::kLong);
       }
     } else {

@@ -70,6 +70,9 @@ class Cfg:
     # Keras' activations (the *Keras ops, docs/cudnn_rnn.md §4.7): "" is cuDNN's
     activation: str = ""
     recurrent_activation: str = ""
+    # GRU only: False resets before the candidate's recurrent product, (r ⊙ h)·R_hᵀ + b_Rh
+    # (Keras' reset_after=False; docs/cudnn_rnn.md §4.8)
+    reset_after: bool = True
 
     def __post_init__(self):
         assert self.rnn_mode in GATES, self.rnn_mode
@@ -82,6 +85,7 @@ class Cfg:
             assert self.input_size == self.num_units, "skip_input needs input_size == num_units"
         assert self.activation in ("",) + tuple(ACTIVATIONS), self.activation
         assert self.recurrent_activation in ("",) + tuple(ACTIVATIONS), self
+        assert self.reset_after or self.rnn_mode == "gru", self
 
     @property
     def act(self):
@@ -312,7 +316,13 @@ def _step(cfg, lay, x, h, c, masks=(None, None)):
     if mode == "gru":
         a_r, a_u = ax[:, 0] + ah[:, 0], ax[:, 1] + ah[:, 1]
         r, u = rec(a_r), rec(a_u)
-        a_n = ax[:, 2] + r * ah[:, 2]
+        if cfg.reset_after:
+            a_n = ax[:, 2] + r * ah[:, 2]
+        else:  # the candidate's product reads r ⊙ h (its operand, masked or not)
+            rh = r * np.broadcast_to(hg, (cfg.G,) + h.shape)[2]
+            ah[:, 2] = rh @ lay["R"][2].T + lay["bR"][2]
+            a_n = ax[:, 2] + ah[:, 2]
+            cache.update(rh=rh)
         n = act(a_n)
         h_new = (1.0 - u) * n + u * h
         cache.update(r=r, u=u, n=n, a_r=a_r, a_u=a_u, a_n=a_n)
@@ -442,11 +452,18 @@ def _step_backward(cfg, lay, cache, dh, dc, grads):
         du = dh * (h - n)
         dh_prev = dh * u
         dan = dn * act_slope(cache["a_n"])
-        dr = dan * cache["ah"][:, 2]
+        if cfg.reset_after:
+            dr = dan * cache["ah"][:, 2]
+        else:  # through r ⊙ h_operand, the candidate product's operand
+            h_masks = cache["masks"][1]
+            mask = 1.0 if h_masks is None else h_masks[2]
+            d_rh = dan @ lay["R"][2]
+            dr = d_rh * h * mask
+            dh_prev = dh_prev + d_rh * r * mask
         dar = dr * rec_slope(cache["a_r"])
         dau = du * rec_slope(cache["a_u"])
         dax = np.stack([dar, dau, dan], axis=1)
-        dah = np.stack([dar, dau, dan * r], axis=1)
+        dah = np.stack([dar, dau, dan * r if cfg.reset_after else dan], axis=1)
     else:
         i, f, g, o, tc, a = (cache[k] for k in ("i", "f", "g", "o", "tc", "a"))
         if cfg.proj:
@@ -461,6 +478,8 @@ def _step_backward(cfg, lay, cache, dh, dc, grads):
                               dct * i * act_slope(a[:, 2]), do * rec_slope(a[:, 3])], axis=1)
     x_masks, h_masks = cache["masks"]
     dhg = np.einsum("gho,bgh->gbo", lay["R"], dah)          # per gate, then through its mask
+    if "rh" in cache:  # (the candidate's term went through r ⊙ h above)
+        dhg[2] = 0.0
     dh_prev = dh_prev + (dhg if h_masks is None else dhg * h_masks).sum(axis=0)
     if lay["W"] is None:
         dx = dax.sum(axis=1)
@@ -509,8 +528,10 @@ def backward(cfg, x, h0, c0, params, dy, dh, dc=None, seq_lengths=None, time_maj
                 gr["W"] += np.einsum("bgh,gbo->gho", dax, _gate_operands(cache["x"], x_masks)
                                      * np.ones((cfg.G, 1, 1)))
                 gr["bW"] += dax.sum(axis=0)
-                gr["R"] += np.einsum("bgh,gbo->gho", dah, _gate_operands(cache["h"], h_masks)
-                                     * np.ones((cfg.G, 1, 1)))
+                operands = _gate_operands(cache["h"], h_masks) * np.ones((cfg.G, 1, 1))
+                if "rh" in cache:  # a GRU resetting before: the candidate's product read r ⊙ h
+                    operands[2] = cache["rh"]
+                gr["R"] += np.einsum("bgh,gbo->gho", dah, operands)
                 gr["bR"] += dah.sum(axis=0)
                 dX[t] += dx * valid
                 dh_carry = np.where(valid, dhp, dh_carry)
