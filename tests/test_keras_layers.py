@@ -364,7 +364,6 @@ FALLBACKS = [
     ("lstm", dict(activation=_relu6), "activation='_relu6'", False),
     ("lstm", dict(use_cudnn=False), "use_cudnn", False),
     ("lstm", dict(unroll=True), "unroll", False),
-    ("gru", dict(reset_after=False), "reset_after", False),
     ("gru", dict(recurrent_activation="mish"), "recurrent_activation", False),
     ("rnn_tanh", dict(activation="leaky_relu"), "activation='leaky_relu'", False),
     ("rnn_tanh", dict(unroll=True), "unroll", False),

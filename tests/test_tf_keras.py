@@ -177,7 +177,6 @@ def outputs_and_grads_training(layer, x, cot):
     ("lstm", dict(activation="selu"), "activation='selu'"),
     ("lstm", dict(recurrent_activation="exponential"), "recurrent_activation='exponential'"),
     ("lstm", dict(unroll=True), "unroll"),
-    ("gru", dict(reset_after=False), "reset_after=False"),
     ("rnn_tanh", dict(activation="mish"), "activation='mish'"),
 ])
 def test_what_the_kernel_cannot_serve_runs_tf_keras(rng, caplog, kind, kwargs, reason):

@@ -70,14 +70,15 @@ def is_inference(training):
     return isinstance(training, (bool, int)) and not training
 
 
-def op_activations(rnn_mode, activation, recurrent_activation=None):
-    """The CudnnRNNV3Keras attributes for a layer's activations (the ops' names,
-    docs/cudnn_rnn.md §4.7; recurrent_activation None for a plain RNN), or None where they are
-    cuDNN's own and CudnnRNNV3 computes them."""
+def keras_cell_attrs(rnn_mode, activation, recurrent_activation=None, reset_after=True):
+    """The CudnnRNNV3Keras attributes for a Keras cell: its activations (the ops' names,
+    docs/cudnn_rnn.md §4.7; recurrent_activation None for a plain RNN) and GRU's reset_after
+    (§4.8); None where the cell is cuDNN's own and CudnnRNNV3 computes it."""
     if rnn_mode in ("lstm", "gru"):
-        if (activation, recurrent_activation) == ("tanh", "sigmoid"):
+        if (activation, recurrent_activation, reset_after) == ("tanh", "sigmoid", True):
             return None
-        return dict(activation=activation, recurrent_activation=recurrent_activation)
+        attrs = dict(activation=activation, recurrent_activation=recurrent_activation)
+        return attrs if reset_after else dict(attrs, reset_after=False)
     if activation == rnn_mode[len("rnn_"):]:
         return None
     return dict(activation=activation, recurrent_activation="")
@@ -101,13 +102,13 @@ def operand_masks(rnn_mode, masks, dtype):
 
 
 def keras_rnn_loop(x, h0, c0, params, mask, rnn_mode, go_backwards, return_sequences,
-                   zero_output_for_mask, training=True, activations=None, input_masks=None,
+                   zero_output_for_mask, training=True, cell_attrs=None, input_masks=None,
                    recurrent_masks=None):
     """Keras' RNN loop over x [B, T, I] (inputs already dropped out) from h0 (and c0 for LSTM),
     on one op: (last_output [B, H], outputs [B, T, H] or [B, 1, H] without return_sequences,
     states). `mask` is a bool [B, T] step mask of any pattern (step_mask), or None; `training` is
-    the layer call's (is_inference); `activations` are op_activations' attributes (None:
-    cuDNN's); input_masks / recurrent_masks the per-gate operand masks of Keras' recurrent
+    the layer call's (is_inference); `cell_attrs` are keras_cell_attrs' (None: cuDNN's
+    cell); input_masks / recurrent_masks the per-gate operand masks of Keras' recurrent
     dropout (operand_masks; None: none), the same at every step, so the reordering below leaves
     them be.
 
@@ -133,7 +134,7 @@ def keras_rnn_loop(x, h0, c0, params, mask, rnn_mode, go_backwards, return_seque
         x = tf.gather(x, order, axis=1, batch_dims=1)
     lstm = rnn_mode == "lstm"
     c0 = c0 if lstm else tf.zeros([], dtype)
-    keras_options = dict(activations or {})
+    keras_options = dict(cell_attrs or {})
     if keras_options or input_masks is not None or recurrent_masks is not None:
         none = tf.zeros([0], x.dtype)  # (the empty vector: no mask)
         keras_options.update(

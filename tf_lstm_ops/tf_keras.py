@@ -16,9 +16,9 @@ where tf_keras runs its cuDNN-compatible implementation (tanh/sigmoid, no
 ``recurrent_dropout``, no ``unroll``, GRU ``reset_after``), with that implementation's input
 dropout, and also where tf_keras runs its per-step loop, with that loop's dropout masks:
 ``use_bias=False``, the other fused activations (relu, hard_sigmoid, linear, elu, softsign,
-swish, gelu), ``recurrent_dropout``, ``implementation=1``; ``time_major=True``, masks of any
-pattern and ragged inputs too. Every other call (``unroll``, ``GRU(reset_after=False)``, XLA
-compilation, other activations) runs the tf_keras class's own ``call``, with one warning per
+swish, gelu), ``recurrent_dropout``, ``implementation=1``, ``GRU(reset_after=False)``;
+``time_major=True``, masks of any pattern and ragged inputs too. Every other call (``unroll``,
+XLA compilation, other activations) runs the tf_keras class's own ``call``, with one warning per
 layer and reason. Results equal tf_keras'.
 """
 
@@ -27,9 +27,9 @@ import tf_keras
 
 from tf_lstm_ops._fused_rnn import (
     is_inference,
+    keras_cell_attrs,
     keras_params,
     keras_rnn_loop,
-    op_activations,
     operand_masks,
     step_mask,
     warn_fallback,
@@ -167,14 +167,14 @@ class _FusedCall:
         h0 = tf.cast(initial_state[0], dtype)
         c0 = tf.cast(initial_state[1], dtype) if lstm else None
         cell = self.cell
-        activations = op_activations(
+        cell_attrs = keras_cell_attrs(
             self._rnn_mode, _activation_name(cell.activation),
             _activation_name(cell.recurrent_activation) if lstm or self._rnn_mode == "gru"
-            else None)
+            else None, getattr(cell, "reset_after", True))
         last, outputs, states = keras_rnn_loop(x, h0, c0, self._params(dtype), mask,
                                                self._rnn_mode, self.go_backwards,
                                                self.return_sequences, self.zero_output_for_mask,
-                                               training, activations, input_masks,
+                                               training, cell_attrs, input_masks,
                                                recurrent_masks)
         if self.stateful:  # as tf_keras' RNN.call
             updates = [tf.compat.v1.assign(self_state, tf.cast(state, self_state.dtype))
@@ -228,15 +228,13 @@ class LSTM(_FusedCall, tf_keras.layers.LSTM):
 @_register
 class GRU(_FusedCall, tf_keras.layers.GRU):
     """Drop-in ``tf_keras.layers.GRU`` on the fused kernel (cuDNN's GRU is the ``reset_after=True``
-    GRU, tf_keras' default; see the module doc)."""
+    GRU, tf_keras' default; ``reset_after=False`` runs the kernel's GRU resetting before; see the
+    module doc)."""
 
     _keras_class = tf_keras.layers.GRU
     _rnn_mode = "gru"
 
     def _static_fallback_reason(self):
-        if not self.cell.reset_after:
-            return ("reset_after=False (the kernel is cuDNN's GRU, which resets after the "
-                    "recurrent matmul)")
         return _gpu_kernel_reason(self)
 
 

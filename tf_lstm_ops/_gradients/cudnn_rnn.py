@@ -20,14 +20,14 @@ import tensorflow as tf
 from tf_lstm_ops._loader import OP_NAMESPACE, library
 
 _RNN_ATTRS = ("rnn_mode", "input_mode", "direction", "dropout", "seed", "seed2")
-_ACTIVATION_ATTRS = ("activation", "recurrent_activation")
+_KERAS_ATTRS = ("activation", "recurrent_activation", "reset_after")
 _FORWARD_OPS = {1: "CudnnRNN", 2: "CudnnRNNV2", 3: "CudnnRNNV3"}
 
 
 def _cudnn_rnn_grad(op, grads, backprop_op, version, forward_op=None):
     attrs = _RNN_ATTRS + (("num_proj", "time_major") if version == 3 else ())
     if forward_op is not None:  # CudnnRNNV3Keras
-        attrs += _ACTIVATION_ATTRS
+        attrs += _KERAS_ATTRS
     args = dict(zip(("input", "input_h", "input_c", "params"), op.inputs[:4]))
     if version == 3:
         args["sequence_lengths"] = op.inputs[4]

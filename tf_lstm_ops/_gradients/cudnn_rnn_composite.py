@@ -62,6 +62,8 @@ class _Model:
         self.activation_attrs = {
             name: string_attr(op, name) if keras_op else ""
             for name in ("activation", "recurrent_activation")}
+        # GRU resetting before its recurrent product (docs/cudnn_rnn.md §4.8)
+        self.reset_after = op.get_attr("reset_after") if keras_op else True
         self.act = ACTIVATIONS[self.activation_attrs["activation"] or (
             "relu" if self.mode == "rnn_relu" else "tanh")]
         self.rec = ACTIVATIONS[self.activation_attrs["recurrent_activation"] or "sigmoid"]
@@ -139,6 +141,7 @@ class _Model:
     def step(self, weights, ax, h, c):
         """One cell step from its input side ax (docs/cudnn_rnn.md §4): (h_new, c_new)."""
         _, r, proj, _, bias_r = weights
+        masks = None
         if self.recurrent_masks is None:
             ah = tf.matmul(h, r, transpose_b=True) + bias_r
         else:  # gate g: (h ⊙ mask_g)·R_gᵀ
@@ -152,7 +155,12 @@ class _Model:
             xr, xu, xn = tf.split(ax, 3, axis=1)
             hr, hu, hn = tf.split(ah, 3, axis=1)
             reset, update = rec(xr + hr), rec(xu + hu)
-            candidate = act(xn + reset * hn)
+            if self.reset_after:
+                candidate = act(xn + reset * hn)
+            else:  # the candidate's product reads r ⊙ h (h times its mask, if any)
+                operand = reset * (h if masks is None else h * masks[2])
+                r_n, b_n = tf.split(r, 3, axis=0)[2], tf.split(bias_r, 3)[2]
+                candidate = act(xn + (tf.matmul(operand, r_n, transpose_b=True) + b_n))
             return (1 - update) * candidate + update * h, c
         i, f, g, o = tf.split(ax + ah, 4, axis=1)
         c_new = rec(f) * c + rec(i) * act(g)
@@ -287,7 +295,8 @@ def _forward_dropout_masks(op, model, lengths, reserve_space):
             input_mode=string_attr(op, "input_mode"), direction=string_attr(op, "direction"),
             dropout=model.dropout, seed=op.get_attr("seed"), seed2=op.get_attr("seed2"),
             num_proj=op.get_attr("num_proj") if model.version == 3 else 0,
-            time_major=model.time_major, **model.activation_attrs)
+            time_major=model.time_major, reset_after=model.reset_after,
+            **model.activation_attrs)
 
 
 def _backprop_grad(op, grads, version):

@@ -1,14 +1,15 @@
 """``LSTM``, ``GRU``, ``SimpleRNN``: drop-in replacements for ``keras.layers.LSTM``,
-``keras.layers.GRU(reset_after=True)`` and ``keras.layers.SimpleRNN`` that run one fused
-``TfLstm>CudnnRNNV3`` op (forward and backward) on the sequence instead of Keras' per-step loop
-(``TfLstm>CudnnRNNV3Keras`` with activations other than cuDNN's).
+``keras.layers.GRU`` and ``keras.layers.SimpleRNN`` that run one fused ``TfLstm>CudnnRNNV3`` op
+(forward and backward) on the sequence instead of Keras' per-step loop
+(``TfLstm>CudnnRNNV3Keras`` for Keras' other cell options: activations other than cuDNN's,
+``GRU(reset_after=False)``, recurrent dropout).
 
 They subclass Keras' layers and keep Keras' cell, so they have the same constructor arguments and
 defaults, the same weight variables and the same ``get_config``; each layer converts its cell's
 ``kernel``, ``recurrent_kernel`` and ``bias`` to the op's cuDNN params buffer at every call. A call
 the fused kernel cannot serve (activations outside the fused set: tanh, sigmoid, relu,
-hard_sigmoid, linear, elu, softsign, silu/swish, gelu; ``use_cudnn=False``, ``unroll=True``,
-``GRU(reset_after=False)``, a function compiled by XLA) runs Keras' own implementation instead
+hard_sigmoid, linear, elu, softsign, silu/swish, gelu; ``use_cudnn=False``, ``unroll=True``, a
+function compiled by XLA) runs Keras' own implementation instead
 (the Keras class's ``inner_loop``), with one warning per layer and reason: same results, Keras'
 speed. Masks of any pattern (docs/keras_layers.md §3) and ``dropout`` / ``recurrent_dropout``
 with Keras' masks (§5) run the fused op.
@@ -18,9 +19,9 @@ import keras
 import tensorflow as tf
 
 from tf_lstm_ops._fused_rnn import (
+    keras_cell_attrs,
     keras_params,
     keras_rnn_loop,
-    op_activations,
     operand_masks,
     step_mask,
     warn_fallback,
@@ -138,13 +139,13 @@ class _FusedRNNMixin(_Keras3Only):
         c0 = tf.cast(initial_state[1], dtype) if lstm else None
         x, input_masks, recurrent_masks = self._dropout(x, initial_state[0], training)
         cell = self.cell
-        activations = op_activations(
+        cell_attrs = keras_cell_attrs(
             self._rnn_mode, _activation_name(cell.activation),
             _activation_name(getattr(cell, "recurrent_activation", None))
-            if self._rnn_mode in ("lstm", "gru") else None)
+            if self._rnn_mode in ("lstm", "gru") else None, getattr(cell, "reset_after", True))
         return keras_rnn_loop(x, h0, c0, self._params(dtype), mask, self._rnn_mode,
                               self.go_backwards, self.return_sequences,
-                              self.zero_output_for_mask, training, activations, input_masks,
+                              self.zero_output_for_mask, training, cell_attrs, input_masks,
                               recurrent_masks)
 
     def _dropout(self, x, h0, training):
@@ -250,12 +251,14 @@ class LSTM(_FusedRNNMixin, keras.layers.LSTM):
 @_register
 class GRU(_FusedRNNMixin, keras.layers.GRU):
     """Drop-in ``keras.layers.GRU`` running the fused ``TfLstm>CudnnRNNV3`` kernel (cuDNN's GRU is
-    Keras' "reset after" GRU, its default).
+    Keras' "reset after" GRU, its default; ``reset_after=False`` runs
+    ``TfLstm>CudnnRNNV3Keras``'s GRU resetting before).
 
     Same arguments, defaults, weights (``kernel [I, 3H]``, ``recurrent_kernel [H, 3H]``,
-    ``bias [2, 3H]``, gates z, r, h) and results as ``keras.layers.GRU``. Calls the kernel cannot
-    serve (``reset_after=False``, activations outside the fused set, ``use_cudnn=False``,
-    ``unroll=True``) run ``keras.layers.GRU``'s own implementation, with a warning.
+    ``bias [2, 3H]`` (``[3H]`` with ``reset_after=False``), gates z, r, h) and results as
+    ``keras.layers.GRU``. Calls the kernel cannot serve (activations outside the fused set,
+    ``use_cudnn=False``, ``unroll=True``) run ``keras.layers.GRU``'s own implementation, with a
+    warning.
     """
 
     _rnn_mode = "gru"
@@ -320,9 +323,6 @@ class GRU(_FusedRNNMixin, keras.layers.GRU):
         self.supports_jit = False  # the custom op has no XLA kernel
 
     def _static_fallback_reason(self):
-        if not self.cell.reset_after:
-            return ("reset_after=False (the kernel is cuDNN's GRU, which resets after the "
-                    "recurrent matmul)")
         return super()._static_fallback_reason() or _gate_activations_reason(self.cell)
 
 

@@ -50,6 +50,7 @@ struct RnnAttrs {
   int64_t num_proj = 0;
   bool is_training = false;
   bool time_major = true;
+  bool reset_after = true;  // false: a GRU resetting before (the *Keras ops' reset_after)
 
   absl::Status Read(OpKernelConstruction* ctx) {
     std::string mode, direction;
@@ -89,6 +90,14 @@ struct RnnAttrs {
       RnnModel probe;  // checked when the kernel is built, before any input is read
       probe.mode = this->mode;
       TF_RETURN_IF_ERROR(SetActivations(&probe));
+    }
+    if (ctx->HasAttr("reset_after")) {
+      TF_RETURN_IF_ERROR(ctx->GetAttr("reset_after", &reset_after));
+      if (!reset_after && this->mode != RnnMode::kGru) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "reset_after=false (Keras' GRU(reset_after=False)) is for rnn_mode 'gru' only, not '",
+            mode, "'"));
+      }
     }
     return absl::OkStatus();
   }
@@ -168,6 +177,7 @@ absl::Status ResolveRun(const RnnAttrs& attrs, const Tensor& input, const Tensor
   }
   m->mode = attrs.mode;
   TF_RETURN_IF_ERROR(attrs.SetActivations(m));
+  m->gru_reset_before = !attrs.reset_after;
   m->num_layers = states / D;
   m->num_dirs = D;
   m->input_size = input.dim_size(2);

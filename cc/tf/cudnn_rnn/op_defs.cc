@@ -189,12 +189,14 @@ REGISTER_OP("TfLstm>CudnnRNNBackpropV3")
     .SetShapeFn(BackpropShape);
 
 // CudnnRNNV3Keras and its Backprop (ours alone): CudnnRNNV3 and CudnnRNNBackpropV3 with Keras'
-// cell options: its element-wise activations (docs/cudnn_rnn.md §4.7): `activation` for the candidate and
-// LSTM's output (a plain RNN's one activation), `recurrent_activation` for the gates (LSTM, GRU);
-// "" is cuDNN's (tanh / sigmoid; relu for rnn_relu). Everything else is V3's. TF's CudnnRNNV3
-// keeps its signature; the Keras layers run these.
+// cell options. Its element-wise activations (docs/cudnn_rnn.md §4.7): `activation` for the
+// candidate and LSTM's output (a plain RNN's one activation), `recurrent_activation` for the
+// gates (LSTM, GRU); "" is cuDNN's (tanh / sigmoid; relu for rnn_relu). `reset_after` false: a
+// GRU resetting before its recurrent product (§4.8; Keras' GRU(reset_after=False)). Everything
+// else is V3's. TF's CudnnRNNV3 keeps its signature; the Keras layers run these.
 #define TF_LSTM_RNN_ACTIVATION_ATTRS \
-  .Attr("activation: string = ''").Attr("recurrent_activation: string = ''")
+  .Attr("activation: string = ''").Attr("recurrent_activation: string = ''") \
+  .Attr("reset_after: bool = true")
 
 // They also take Keras' recurrent dropout masks (docs/keras_layers.md §5): input_masks
 // [gates, batch_size, input_size] and recurrent_masks [gates, batch_size, num_units], each [0]
