@@ -64,9 +64,19 @@ void FromTimeMajor(const CPUDevice& d, const RnnRun& run, int64_t n, const A* sr
 template <typename A>
 void MaskOperand(int64_t begin, int64_t end, int64_t period, const A* v, const A* mask,
                  bool accumulate, A* out) {
-  for (int64_t k = begin; k < end; ++k) {
-    const A masked = mask ? MaskedOperand(v[k], mask[k % period]) : v[k];
-    out[k] = accumulate ? out[k] + masked : masked;
+  // runs of up to `period` elements against the mask from offset p: each loop vectorises
+  for (int64_t k = begin, p = begin % period; k < end; k += period - p, p = 0) {
+    const int64_t run = std::min(end - k, period - p);
+    const A* __restrict src = v + k;
+    const A* __restrict m = mask ? mask + p : nullptr;
+    A* __restrict dst = out + k;  // (never v or mask)
+    if (m == nullptr) {
+      for (int64_t j = 0; j < run; ++j) dst[j] = accumulate ? dst[j] + src[j] : src[j];
+    } else if (accumulate) {
+      for (int64_t j = 0; j < run; ++j) dst[j] += MaskedOperand(src[j], m[j]);
+    } else {
+      for (int64_t j = 0; j < run; ++j) dst[j] = MaskedOperand(src[j], m[j]);
+    }
   }
 }
 template <typename A>
