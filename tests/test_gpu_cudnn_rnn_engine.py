@@ -66,11 +66,80 @@ def test_reserve_header_mismatch_gives_nan(mod, alloc, rng, mode, dtype):
     C.check_header_mismatch(mod, alloc, case, dtype, rng)
 
 
+DETERMINISM_CASES = [
+    C.Case("lstm", 2, 4, 3, "bidirectional", 2, time_major=False, lengths=C.VARLEN,
+           dropout=0.5, seed=11),
+    C.Case("gru", 1, 4, 3, time_major=False, lengths=C.VARLEN, input_masks=True,
+           recurrent_masks=True),
+]
+
+
 @pytest.mark.parametrize("dtype", C.DTYPES)
-def test_deterministic(mod, alloc, rng, dtype):
-    case = C.Case("lstm", 2, 4, 3, "bidirectional", 2, time_major=False, lengths=C.VARLEN,
-                  dropout=0.5, seed=11)
+@pytest.mark.parametrize("case", DETERMINISM_CASES, ids=[c.name for c in DETERMINISM_CASES])
+def test_deterministic(mod, alloc, rng, case, dtype):
     C.check_deterministic(mod, alloc, case, dtype, rng)
+
+
+# ------------------------------------------------------------------------------------------------
+# operand masks (Keras' recurrent dropout): the cases are in CASES (C.mask_cases()), checked
+# against the float64 reference above in every dtype; the host's 3-row batches take the
+# persistent forward there, so here the per-step forward too
+# ------------------------------------------------------------------------------------------------
+
+MASK_CASES = C.mask_cases()
+
+
+def test_mask_cases_cover_the_grid():
+    masked = [c for c in CASES if c.masked]
+    assert masked == MASK_CASES
+    seen = {(c.mode, c.input_masks, c.recurrent_masks, c.time_major, c.lengths is None)
+            for c in masked}
+    for mode in R.MODES:
+        for which in ((True, False), (False, True), (True, True)):
+            for tm in (True, False):
+                for full in (True, False):
+                    assert (mode, *which, tm, full) in seen
+    assert {c.mode for c in masked if c.activation} == set(R.MODES)
+    assert all(c.num_layers == 1 and c.direction == "unidirectional" and not c.num_proj
+               and not c.skip_input for c in masked)
+
+
+@pytest.mark.parametrize("dtype", C.DTYPES)
+@pytest.mark.parametrize("case", MASK_CASES, ids=[c.name for c in MASK_CASES])
+def test_masked_per_step_forward_matches_reference(mod, alloc, rng, monkeypatch, case, dtype):
+    monkeypatch.setenv(PERSISTENT_ENV, "0")
+    assert _path(mod, case, dtype)["path"] == "per_step"
+    C.check_case(mod, alloc, case, dtype, rng)
+
+
+@pytest.mark.parametrize("dtype", C.DTYPES)
+@pytest.mark.parametrize("mode", R.MODES)
+def test_mask_presence_enters_reserve_header(mod, alloc, rng, mode, dtype):
+    # a backward without one of the forward's masks gets NaN (check_header_mismatch)
+    case = C.Case(mode, 1, 4, 3, lengths=C.VARLEN, input_masks=True, recurrent_masks=True)
+    C.check_header_mismatch(mod, alloc, case, dtype, rng)
+
+
+def test_masked_runs_take_more_scratch(mod):
+    # (16-bit: a masked copy of h_prev in T replaces the T mirror of h, which may weigh the same)
+    kw = C.Case("gru", 1, 4, 3, time=5).model_kwargs()
+    for dtype in ("float32", "float64"):
+        for which in ("forward", "backward"):
+            size = getattr(mod, "rnn_%s_scratch_bytes" % which)
+            plain = size("host", dtype, **kw)
+            for masks in (dict(input_masks=1), dict(recurrent_masks=1)):
+                assert size("host", dtype, **kw, **masks) > plain, (dtype, which, masks)
+
+
+@pytest.mark.parametrize("change", [dict(num_layers=2), dict(direction="bidirectional"),
+                                    dict(num_proj=2), dict(skip_input=True, input_size=4)],
+                         ids=["layers", "bidirectional", "projection", "skip_input"])
+@pytest.mark.parametrize("mask", C.MASK_NAMES)
+def test_masks_only_for_keras_models(mod, change, mask):
+    kw = dataclasses.replace(C.Case("lstm", 1, 4, 3), **change).model_kwargs()
+    assert mod.rnn_forward_scratch_bytes("host", "float32", **kw) > 0
+    with pytest.raises(ValueError, match="operand masks"):
+        mod.rnn_forward_scratch_bytes("host", "float32", **kw, **{mask: 1})
 
 
 def test_scratch_sizes(mod):
@@ -211,6 +280,13 @@ def _persistent_cases():
     cases.append(C.Case("gru", 1, 1, 2, "unidirectional", time=3, batch=1))  # one unit, one row
     cases.append(C.Case("rnn_tanh", 2, 4, 4, "bidirectional", skip_input=True, batch=2,
                         lengths=(4, 0)))
+    # operand masks: h_prev ⊙ recurrent_masks[g] in the dot products
+    for mode in R.MODES:
+        cases.append(C.Case(mode, 1, 5, 3, time=5, batch=4, time_major=mode != "gru",
+                            lengths=(5, 0, 3, 1) if mode in ("lstm", "rnn_relu") else None,
+                            input_masks=mode != "rnn_tanh", recurrent_masks=True))
+    cases.append(C.Case("lstm", 1, 7, 2, time=3, batch=16, lengths=tuple(k % 4 for k in range(16)),
+                        recurrent_masks=True))
     return cases
 
 

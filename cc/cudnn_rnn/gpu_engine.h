@@ -17,6 +17,11 @@
 // Small batches without a projection run the forward recurrence instead as one persistent
 // launch per pseudo-layer (PersistentForwardFn, PlanPersistent: R on chip for every step), when
 // it fits on the device; backward is always per step.
+// Operand masks (Keras' recurrent dropout, RnnRun's input_masks / recurrent_masks; one-layer,
+// one-direction models): gate g multiplies x ⊙ input_masks[g] and h_prev ⊙ recurrent_masks[g],
+// so the products touching a masked operand run one GEMM per gate on masked copies (forward,
+// dW, dR) or sum the gates' products through their masks (dL/dh_prev, dx); the persistent
+// forward masks h_prev as it multiplies.
 // The two directions of a layer run one after the other on the one stream; they are independent
 // and could run on two streams (not done: it would need events and a second cuBLAS workspace).
 //
@@ -243,7 +248,8 @@ struct ProjSelectFn {
 // Shared memory, in A: the R rows [gates*U][H+1], h_prev [B][H+1] (the odd row stride keeps
 // threads that read different rows at the same k on different banks), the partial sums
 // [B*gates*U][S]. With round_h (RnnEngine::LoOperands) h_prev is staged rounded to the storage
-// type T, the operand the per-step path's 16-bit GEMM multiplies.
+// type T, the operand the per-step path's 16-bit GEMM multiplies. With recurrent masks, part 1
+// multiplies h_prev ⊙ masks[g] instead (staged unrounded, rounded per product under round_h).
 template <typename T, typename A, typename Math>
 struct PersistentForwardFn {
   static constexpr int kParts = 4;
@@ -257,6 +263,7 @@ struct PersistentForwardFn {
   int64_t splits;  // S = Splits(batch * gates_per_unit * units, threads)
   bool round_h;
   ActivationChoice acts;
+  const T* masks;  // RnnRun's recurrent_masks [gates, B, H], or nullptr
 
   // The largest power of two up to kMaxSplits that gives every (output, split) its own thread.
   static int64_t Splits(int64_t outputs, int64_t threads) {
@@ -269,6 +276,9 @@ struct PersistentForwardFn {
     const int64_t outputs = batch * gates_per_unit * units;
     return (gates_per_unit * units + batch) * (H + 1) + outputs * Splits(outputs, threads);
   }
+
+  // A GEMM operand as LoOperands' 16-bit GEMM sees it.
+  TF_LSTM_HOST_DEVICE static A Rounded(A v) { return Cast<A>(Cast<T>(v)); }
 
   TF_LSTM_HOST_DEVICE void operator()(int block, int thread, int64_t step, int part,
                                       void* shared) const {
@@ -291,17 +301,25 @@ struct PersistentForwardFn {
       for (int64_t b = 0; b < batch; ++b) {
         for (int64_t k = thread; k < H; k += threads) {
           const A v = h_prev[b * H + k];
-          h_shared[b * ld + k] = round_h ? Cast<A>(Cast<T>(v)) : v;
+          h_shared[b * ld + k] = round_h && masks == nullptr ? Rounded(v) : v;
         }
       }
     } else if (part == 1) {
       for (int64_t i = thread; i < batch * rows * splits; i += threads) {
-        const int64_t o = i / splits, s = i % splits, row = o % rows;
+        const int64_t o = i / splits, s = i % splits, row = o % rows, b = o / rows;
         if (row % units >= units_here) continue;
-        const A* hb = h_shared + (o / rows) * ld;
+        const A* hb = h_shared + b * ld;
         const A* rr = r_rows + row * ld;
         A sum = A(0);
-        for (int64_t k = s; k < H; k += splits) sum += hb[k] * rr[k];
+        if (masks == nullptr) {
+          for (int64_t k = s; k < H; k += splits) sum += hb[k] * rr[k];
+        } else {
+          const T* mb = masks + ((row / units) * batch + b) * H;
+          for (int64_t k = s; k < H; k += splits) {
+            const A v = MaskedOperand(hb[k], Cast<A>(mb[k]));
+            sum += (round_h ? Rounded(v) : v) * rr[k];
+          }
+        }
         partial[i] = sum;
       }
     } else if (part == 2) {
@@ -569,6 +587,55 @@ struct ScaleByFn {  // x[k] *= mask[k] (dropout backward)
   TF_LSTM_HOST_DEVICE void operator()(int64_t k) const { x[k] = x[k] * mask[k]; }
 };
 
+// ---- operand masks (Keras' recurrent dropout, RnnRun's input_masks / recurrent_masks) ---------
+
+// Mask element of gate g for element r of a [rows, width] operand whose rows are T'·B (t, b)
+// pairs: masks are [G, B, width], the same at every step.
+TF_LSTM_HOST_DEVICE inline int64_t MaskIndex(int64_t g, int64_t r, int64_t batch, int64_t width) {
+  return (g * batch + (r / width) % batch) * width + r % width;
+}
+
+// dst [gates, rows, width] = src ⊙ masks[g] for the gates from masks on: the operand gate g's
+// GEMM multiplies. Computed in the compute type, stored as Dst: the storage type under
+// LoOperands (the masked value rounded once, as the unmasked operands are).
+template <typename Src, typename Dst, typename T>
+struct MaskedOperandFn {
+  const Src* src;   // [rows, width]
+  const T* masks;   // [gates, B, width]
+  Dst* dst;
+  int64_t n, batch, width;  // n = rows·width
+  TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
+    using A = Acc<T>;
+    const int64_t g = i / n, r = i % n;
+    dst[i] = Cast<Dst>(
+        MaskedOperand(Cast<A>(src[r]), Cast<A>(masks[MaskIndex(g, r, batch, width)])));
+  }
+};
+
+// The gradient of a masked operand from its gates' products: out (+)= Σ_g prod[g] ⊙ masks[g],
+// prod [gates, rows, width], summed in gate order (deterministic).
+template <typename A, typename T>
+struct MaskedGateSumFn {
+  const A* prod;
+  const T* masks;  // [gates, B, width]
+  A* out;          // [rows, width]
+  int64_t n, batch, width, gates;
+  bool accumulate;
+  TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
+    A sum = accumulate ? out[i] : A(0);
+    for (int64_t g = 0; g < gates; ++g) {
+      sum += MaskedOperand(prod[g * n + i], Cast<A>(masks[MaskIndex(g, i, batch, width)]));
+    }
+    out[i] = sum;
+  }
+};
+
+// p + k, or nullptr for a null p (the operand precision a GEMM does not read).
+template <typename P>
+inline P* Advance(P* p, int64_t k) {
+  return p == nullptr ? nullptr : p + k;
+}
+
 // ---- 16-bit GEMM operands (RnnEngine::LoOperands) ---------------------------------------------
 
 // A forward step functor over [B, H] (Hr == H), then the state it wrote rounded to T: the next
@@ -632,19 +699,51 @@ struct RnnEngine {
   static cudaError_t OperandGemm(Backend& be, bool lo, bool trans_a, bool trans_b, int64_t m,
                                  int64_t n, int64_t k, const A* a, const T* a_lo, const A* b,
                                  const T* b_lo, bool accumulate, A* c) {
+    return OperandGemm(be, lo, trans_a, trans_b, m, n, k, a, a_lo, trans_a ? m : k, b, b_lo,
+                       trans_b ? k : n, accumulate, c, n);
+  }
+  // With leading dimensions: one gate's block of operands whose gates are strided.
+  static cudaError_t OperandGemm(Backend& be, bool lo, bool trans_a, bool trans_b, int64_t m,
+                                 int64_t n, int64_t k, const A* a, const T* a_lo, int64_t lda,
+                                 const A* b, const T* b_lo, int64_t ldb, bool accumulate, A* c,
+                                 int64_t ldc) {
     if constexpr (!kSame) {
-      if (lo) return Gemm(be, trans_a, trans_b, m, n, k, a_lo, b_lo, accumulate, c);
+      if (lo) return Gemm(be, trans_a, trans_b, m, n, k, a_lo, lda, b_lo, ldb, accumulate, c, ldc);
     }
-    return Gemm(be, trans_a, trans_b, m, n, k, a, b, accumulate, c);
+    return Gemm(be, trans_a, trans_b, m, n, k, a, lda, b, ldb, accumulate, c, ldc);
+  }
+
+  // Whether the recurrent GEMMs multiply h in T: LoOperands without recurrent masks (with them
+  // they multiply the masked copies, MaskedBuffer's T side).
+  static bool LoRecurrentState(const RnnModel& m, const RnnRun& run) {
+    return LoOperands(m) && run.recurrent_masks == nullptr;
   }
 
   // ---- scratch -------------------------------------------------------------------------------
+
+  // Masked operands (RnnRun's masks): in T under LoOperands (what the 16-bit GEMMs multiply),
+  // else in A; the other pointer is null.
+  struct MaskedBuffer {
+    A* a;
+    T* lo;
+  };
+  static MaskedBuffer TakeMasked(ScratchCarver* s, bool lo, int64_t n) {
+    MaskedBuffer buf{};
+    if (lo) {
+      buf.lo = s->template Take<T>(n);
+    } else {
+      buf.a = s->template Take<A>(n);
+    }
+    return buf;
+  }
 
   struct ForwardBuffers {
     A *params, *x, *h0, *c0;  // compute-type copies (x: none when T == A and time-major, or
                               // when !Layer0InputInA)
     A *xw, *rec, *y, *m_buf, *proj_buf;
     T *x_lo, *h_lo;  // LoOperands: a layer's input [T·B, width]; h of the last two steps
+    MaskedBuffer masked;  // operand masks: x ⊙ input_masks[g] (a gate at a time), then
+                          // h_prev ⊙ recurrent_masks (every gate)
     int32_t* len;
     void* blas;
   };
@@ -670,7 +769,9 @@ struct RnnEngine {
     f.proj_buf = s.Take<A>(m.has_proj() && run.seq_lengths != nullptr ? B * Hr : 0);
     const bool lo = LoOperands(m);
     f.x_lo = s.Take<T>(lo ? rows * std::max(m.input_size, m.num_dirs * Hr) : 0);
-    f.h_lo = s.Take<T>(lo ? 2 * B * H : 0);
+    f.h_lo = s.Take<T>(LoRecurrentState(m, run) ? 2 * B * H : 0);
+    f.masked = TakeMasked(&s, lo, std::max(run.input_masks ? rows * m.input_size : 0,
+                                           run.recurrent_masks ? m.gates() * B * Hr : 0));
     *bytes = s.Bytes();
     return f;
   }
@@ -682,6 +783,10 @@ struct RnnEngine {
     A *dx[2], *dh, *dc, *ones;
     // LoOperands: T copies of a layer's input, dgx, dgh (== dgx_lo except for GRU), h_prev_seq
     T *x_lo, *dgx_lo, *dgh_lo, *h_prev_lo;
+    // Operand masks: x or h_prev masked for one gate (dW, dR), and the per-gate products whose
+    // masked sum is a masked operand's gradient (dL/dh_prev: every gate; dx: a gate at a time).
+    MaskedBuffer masked;
+    A* gate_products;
     void* blas;
   };
 
@@ -722,7 +827,11 @@ struct RnnEngine {
     b.x_lo = s.Take<T>(lo ? rows * max_in : 0);
     b.dgx_lo = s.Take<T>(lo ? rows * G : 0);
     b.dgh_lo = gru ? s.Take<T>(lo ? rows * G : 0) : b.dgx_lo;
-    b.h_prev_lo = s.Take<T>(lo ? rows * Hr : 0);
+    b.h_prev_lo = s.Take<T>(LoRecurrentState(m, run) ? rows * Hr : 0);
+    const int64_t x_masked = run.input_masks ? rows * m.input_size : 0;
+    b.masked = TakeMasked(&s, lo, std::max(x_masked, run.recurrent_masks ? rows * Hr : 0));
+    b.gate_products =
+        s.Take<A>(std::max(x_masked, run.recurrent_masks ? m.gates() * B * Hr : 0));
     *bytes = s.Bytes();
     return b;
   }
@@ -773,6 +882,111 @@ struct RnnEngine {
           n, rnn_detail::BatchToTimeMajorFn<T, T>{input, staging, run.time, run.batch, width});
     }
     return Convert(be, ws_input, staging, n);
+  }
+
+  // ---- operand masks (Keras' recurrent dropout) ---------------------------------------------
+  // A gate's columns of the gate products are a strided block (leading dimension G = gates·H),
+  // so a masked product is one GEMM per gate, on a masked copy of its operand (forward, dW, dR)
+  // or followed by a masked sum of the gates' results (dL/dh_prev, dx).
+
+  // dst: src ⊙ masks[g] for `gates` gates from masks on, src [rows, width] (src in A, or src_lo
+  // in T where src is null: LoOperands' layer-0 input).
+  static cudaError_t MaskOperand(Backend& be, const A* src, const T* src_lo, const T* masks,
+                                 int64_t gates, int64_t rows, int64_t width, int64_t batch,
+                                 const MaskedBuffer& dst) {
+    using rnn_detail::MaskedOperandFn;
+    const int64_t n = rows * width;
+    if constexpr (!kSame) {
+      if (dst.lo != nullptr) {
+        if (src == nullptr) {
+          return be.ForEach(gates * n, MaskedOperandFn<T, T, T>{src_lo, masks, dst.lo, n, batch,
+                                                                width});
+        }
+        return be.ForEach(gates * n,
+                          MaskedOperandFn<A, T, T>{src, masks, dst.lo, n, batch, width});
+      }
+    }
+    return be.ForEach(gates * n, MaskedOperandFn<A, A, T>{src, masks, dst.a, n, batch, width});
+  }
+
+  // The gate pre-activations of an operand: out [rows, G] = src·matᵀ (mat [G, width]), or with
+  // masks, gate g's columns = (src ⊙ masks[g])·mat_gᵀ, masking `pass_gates` gates per pass into
+  // `masked` ([pass_gates, rows, width]).
+  static cudaError_t GateProducts(Backend& be, const RnnModel& m, bool lo, int64_t rows,
+                                  int64_t width, int64_t batch, const A* src, const T* src_lo,
+                                  const T* masks, int64_t pass_gates,
+                                  const MaskedBuffer& masked, const A* mat, const T* mat_lo,
+                                  A* out) {
+    const int64_t H = m.num_units, G = m.gate_width();
+    if (masks == nullptr) {
+      return OperandGemm(be, lo, false, true, rows, G, width, src, src_lo, mat, mat_lo, false,
+                         out);
+    }
+    for (int64_t g0 = 0; g0 < m.gates(); g0 += pass_gates) {
+      TF_LSTM_GPU_RETURN_IF_ERROR(MaskOperand(be, src, src_lo, masks + g0 * batch * width,
+                                              pass_gates, rows, width, batch, masked));
+      for (int64_t g = g0; g < g0 + pass_gates; ++g) {
+        const int64_t at = (g - g0) * rows * width;
+        TF_LSTM_GPU_RETURN_IF_ERROR(OperandGemm(
+            be, lo, false, true, rows, H, width, rnn_detail::Advance(masked.a, at),
+            rnn_detail::Advance(masked.lo, at), width, mat + g * H * width,
+            mat_lo + g * H * width, width, false, out + g * H, G));
+      }
+    }
+    return cudaSuccess;
+  }
+
+  // The gradient of an operand from the gate gradients dg [rows, G]: out (+)= dg·mat, or with
+  // masks Σ_g (dg_g·mat_g) ⊙ masks[g], `pass_gates` gates' products per pass in `products`.
+  static cudaError_t OperandGrad(Backend& be, const RnnModel& m, bool lo, int64_t rows,
+                                 int64_t width, int64_t batch, const A* dg, const T* dg_lo,
+                                 const A* mat, const T* mat_lo, const T* masks,
+                                 int64_t pass_gates, A* products, bool accumulate, A* out) {
+    const int64_t H = m.num_units, G = m.gate_width(), n = rows * width;
+    if (masks == nullptr) {
+      return OperandGemm(be, lo, false, false, rows, width, G, dg, dg_lo, mat, mat_lo,
+                         accumulate, out);
+    }
+    for (int64_t g0 = 0; g0 < m.gates(); g0 += pass_gates) {
+      for (int64_t g = g0; g < g0 + pass_gates; ++g) {
+        TF_LSTM_GPU_RETURN_IF_ERROR(OperandGemm(
+            be, lo, false, false, rows, width, H, dg + g * H, rnn_detail::Advance(dg_lo, g * H),
+            G, mat + g * H * width, mat_lo + g * H * width, width, false,
+            products + (g - g0) * n, width));
+      }
+      TF_LSTM_GPU_RETURN_IF_ERROR(be.ForEach(
+          n, rnn_detail::MaskedGateSumFn<A, T>{products, masks + g0 * batch * width, out, n,
+                                               batch, width, pass_gates,
+                                               accumulate || g0 > 0}));
+    }
+    return cudaSuccess;
+  }
+
+  // A weight matrix's gradient [G, width] = dgᵀ·src over every row, or with masks gate g's
+  // rows = dg_gᵀ·(src ⊙ masks[g]), one gate's masked copy at a time in `masked`.
+  static cudaError_t WeightGrad(Backend& be, const RnnModel& m, bool lo, int64_t rows,
+                                int64_t width, int64_t batch, const A* dg, const T* dg_lo,
+                                const A* src, const T* src_lo, const T* masks,
+                                const MaskedBuffer& masked, A* dweight) {
+    const int64_t H = m.num_units, G = m.gate_width();
+    if (masks == nullptr) {
+      return OperandGemm(be, lo, true, false, G, width, rows, dg, dg_lo, src, src_lo, false,
+                         dweight);
+    }
+    for (int64_t g = 0; g < m.gates(); ++g) {
+      TF_LSTM_GPU_RETURN_IF_ERROR(MaskOperand(be, src, src_lo, masks + g * batch * width, 1,
+                                              rows, width, batch, masked));
+      TF_LSTM_GPU_RETURN_IF_ERROR(OperandGemm(be, lo, true, false, H, width, rows, dg + g * H,
+                                              rnn_detail::Advance(dg_lo, g * H), G, masked.a,
+                                              masked.lo, width, false, dweight + g * H * width,
+                                              width));
+    }
+    return cudaSuccess;
+  }
+
+  static const T* InputMasks(const RnnRun& run) { return static_cast<const T*>(run.input_masks); }
+  static const T* RecurrentMasks(const RnnRun& run) {
+    return static_cast<const T*>(run.recurrent_masks);
   }
 
   static cudaError_t UploadLengths(Backend& be, const RnnRun& run, int32_t* len) {
@@ -841,7 +1055,7 @@ struct RnnEngine {
                           pl.c0,     pl.h,      pl.c,        pl.gates,  f.rec,
                           len,       run.time,  run.batch,   m.num_units, pl.dir,
                           m.gates(), plan.units_per_block, kPersistentThreads, m.mode, splits,
-                          LoOperands(m), m.activations()};
+                          LoOperands(m), m.activations(), RecurrentMasks(run)};
     return be.Persistent(plan.blocks, kPersistentThreads, plan.shared_bytes, run.time,
                          PersistentFn::kParts, fn);
   }
@@ -851,6 +1065,7 @@ struct RnnEngine {
   // The recurrence of ForwardLayer, a GEMM (R·h) and a fused element-wise kernel per step.
   // LoOperands: the GEMM multiplies R and h in T (params, and input_h at step 0); each step's
   // kernel also writes its h in T (f.h_lo, two alternating rows) for the next step's GEMM.
+  // Recurrent masks: one kernel masks h_prev for every gate, then a GEMM per gate.
   static cudaError_t ForwardRecurrencePerStep(Backend& be, const RnnModel& m, const RnnRun& run,
                                               const Layer& pl, const int32_t* len,
                                               const ForwardBuffers& f, const T* params,
@@ -860,23 +1075,25 @@ struct RnnEngine {
     const int64_t G = m.gate_width();
     const bool has_len = run.seq_lengths != nullptr;
     const bool lo = LoOperands(m);  // then Hr == H
+    const bool lo_h = LoRecurrentState(m, run);
     for (int64_t step = 0; step < T_; ++step) {
       const int64_t t = TimeOf(pl.dir, step, T_);
       const A* h_prev = pl.h_before(step, T_, B);
       A* h_out = pl.h + t * B * Hr;
       const A* xw_t = f.xw + t * B * G;
       A* saved = pl.gates + t * B * SavedGatesOf(m.mode) * H;
-      const T* h_prev_lo = lo ? (step == 0 ? input_h + pl.p * B * H
-                                           : f.h_lo + ((step - 1) & 1) * B * H)
-                              : nullptr;
-      T* h_lo = lo ? f.h_lo + (step & 1) * B * H : nullptr;
-      TF_LSTM_GPU_RETURN_IF_ERROR(OperandGemm(be, lo, false, true, B, G, Hr, h_prev, h_prev_lo,
-                                              pl.r, params + pl.reg.r, false, f.rec));
-      // The step's kernel, mirroring its h into h_lo under lo.
+      const T* h_prev_lo = lo_h ? (step == 0 ? input_h + pl.p * B * H
+                                             : f.h_lo + ((step - 1) & 1) * B * H)
+                                : nullptr;
+      T* h_lo = lo_h ? f.h_lo + (step & 1) * B * H : nullptr;
+      TF_LSTM_GPU_RETURN_IF_ERROR(GateProducts(be, m, lo, B, Hr, B, h_prev, h_prev_lo,
+                                               RecurrentMasks(run), m.gates(), f.masked, pl.r,
+                                               params + pl.reg.r, f.rec));
+      // The step's kernel, mirroring its h into h_lo under lo_h.
       auto launch = [&](const auto& fn) {
         using Fn = std::decay_t<decltype(fn)>;
         if constexpr (!kSame) {
-          if (lo) return be.ForEach(B * H, MirrorStateFn<Fn, A, T>{fn, h_out, h_lo});
+          if (lo_h) return be.ForEach(B * H, MirrorStateFn<Fn, A, T>{fn, h_out, h_lo});
         }
         return be.ForEach(B * H, fn);
       };
@@ -922,10 +1139,12 @@ struct RnnEngine {
     const int64_t T_ = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
     const int64_t G = m.gate_width(), D = m.num_dirs, rows = T_ * B;
     const bool lo = LoOperands(m);
-    // Input projection of every step: one GEMM (or the skip-input broadcast).
+    // Input projection of every step: one GEMM (or the skip-input broadcast); with input
+    // masks one per gate, masking x a gate at a time (a copy of x per gate, not of all gates).
     if (!m.skips(pl.layer)) {
-      TF_LSTM_GPU_RETURN_IF_ERROR(OperandGemm(be, lo, false, true, rows, G, pl.in_width, x, x_lo,
-                                              pl.w, params + pl.reg.w, false, f.xw));
+      TF_LSTM_GPU_RETURN_IF_ERROR(GateProducts(be, m, lo, rows, pl.in_width, B, x, x_lo,
+                                               InputMasks(run), 1, f.masked, pl.w,
+                                               params + pl.reg.w, f.xw));
     } else {
       TF_LSTM_GPU_RETURN_IF_ERROR(be.ForEach(rows * G, SkipProjectionFn<A>{x, f.xw, H, G}));
     }
@@ -1038,9 +1257,10 @@ struct RnnEngine {
     const bool relu = m.mode == RnnMode::kRnnRelu;
     const bool lo = LoOperands(m);
     const int32_t* len = s.len;
-    TF_LSTM_GPU_RETURN_IF_ERROR(
-        be.ForEach(rows * Hr, PrevStateFn<A, T>{pl.h0, pl.h, s.h_prev_seq,
-                                                lo ? s.h_prev_lo : nullptr, T_, B * Hr, pl.dir}));
+    TF_LSTM_GPU_RETURN_IF_ERROR(be.ForEach(
+        rows * Hr, PrevStateFn<A, T>{pl.h0, pl.h, s.h_prev_seq,
+                                     LoRecurrentState(m, run) ? s.h_prev_lo : nullptr, T_,
+                                     B * Hr, pl.dir}));
     for (int64_t step = T_ - 1; step >= 0; --step) {
       const int64_t t = TimeOf(pl.dir, step, T_);
       const Carry<A> carry{s.dh, s.carry, s.direct, TimeOf(pl.dir, step + 1, T_), step < T_ - 1};
@@ -1085,10 +1305,12 @@ struct RnnEngine {
             m.custom_activations ? pl.gates + t * B * H : nullptr,
             m.activations()}));
       }
-      // R^T through the recurrent-side gate gradients: the next step's carried gradient.
-      TF_LSTM_GPU_RETURN_IF_ERROR(OperandGemm(be, lo, false, false, B, Hr, G, dgh_t,
-                                              s.dgh_lo + t * B * G, pl.r, params + pl.reg.r,
-                                              false, s.carry));
+      // R^T through the recurrent-side gate gradients (and the recurrent masks): the next
+      // step's carried gradient.
+      TF_LSTM_GPU_RETURN_IF_ERROR(OperandGrad(be, m, lo, B, Hr, B, dgh_t,
+                                              Advance(s.dgh_lo, t * B * G), pl.r,
+                                              params + pl.reg.r, RecurrentMasks(run), m.gates(),
+                                              s.gate_products, false, s.carry));
     }
     // The gradient left after the first step is input_h_backprop; dc likewise.
     const Carry<A> last{s.dh, s.carry, s.direct, TimeOf(pl.dir, 0, T_), true};
@@ -1098,20 +1320,21 @@ struct RnnEngine {
     if (lstm) {
       TF_LSTM_GPU_RETURN_IF_ERROR(Convert(be, s.dc, input_c_backprop + pl.p * B * H, B * H));
     }
-    // Whole-sequence products.
+    // Whole-sequence products (with masks, on the masked operands; dx a gate at a time).
     if (!m.skips(pl.layer)) {
-      TF_LSTM_GPU_RETURN_IF_ERROR(OperandGemm(be, lo, true, false, G, pl.in_width, rows, s.dgx,
-                                              s.dgx_lo, x, x_lo, false, dparams + pl.reg.w));
-      TF_LSTM_GPU_RETURN_IF_ERROR(OperandGemm(be, lo, false, false, rows, pl.in_width, G, s.dgx,
-                                              s.dgx_lo, pl.w, params + pl.reg.w, pl.dir > 0,
-                                              dx));
+      TF_LSTM_GPU_RETURN_IF_ERROR(WeightGrad(be, m, lo, rows, pl.in_width, B, s.dgx, s.dgx_lo, x,
+                                             x_lo, InputMasks(run), s.masked,
+                                             dparams + pl.reg.w));
+      TF_LSTM_GPU_RETURN_IF_ERROR(OperandGrad(be, m, lo, rows, pl.in_width, B, s.dgx, s.dgx_lo,
+                                              pl.w, params + pl.reg.w, InputMasks(run), 1,
+                                              s.gate_products, pl.dir > 0, dx));
     } else {  // skip input: x was added to every gate
       TF_LSTM_GPU_RETURN_IF_ERROR(be.ForEach(
           rows * H, SkipDxFn<A>{s.dgx, dx, H, G, m.gates(), pl.dir > 0}));
     }
-    TF_LSTM_GPU_RETURN_IF_ERROR(OperandGemm(be, lo, true, false, G, Hr, rows, s.dgh, s.dgh_lo,
-                                            s.h_prev_seq, s.h_prev_lo, false,
-                                            dparams + pl.reg.r));
+    TF_LSTM_GPU_RETURN_IF_ERROR(WeightGrad(be, m, lo, rows, Hr, B, s.dgh, s.dgh_lo, s.h_prev_seq,
+                                           s.h_prev_lo, RecurrentMasks(run), s.masked,
+                                           dparams + pl.reg.r));
     if (m.has_proj()) {
       TF_LSTM_GPU_RETURN_IF_ERROR(
           Gemm(be, true, false, Hr, H, rows, s.dh_total, s.m_seq, false, dparams + pl.reg.proj));

@@ -6,7 +6,9 @@
 //   mode ("lstm", "gru", "rnn_relu", "rnn_tanh"), num_layers, num_units, input_size, num_proj,
 //   num_dirs, skip_input, time, batch, time_major, lengths (a list of B ints in [0, time], or
 //   None: every length is time), activation and recurrent_activation (Keras' activations by the
-//   ops' attribute values; "" = cuDNN's)
+//   ops' attribute values; "" = cuDNN's), input_masks and recurrent_masks (RnnRun's operand
+//   masks [G, B, I] / [G, B, H] in the dtype, on the backend's memory, or 0 for none; the size
+//   and header functions only ask whether each is non-zero)
 // and, where it matters, the dropout (rate, seed, call). Pointers are Python ints.
 #include <pybind11/stl.h>
 
@@ -37,7 +39,8 @@ struct RnnCall {
           int64_t num_proj, int64_t num_dirs, bool skip_input, int64_t time, int64_t batch,
           bool time_major, const std::optional<std::vector<int32_t>>& lens,
           const std::string& activation, const std::string& recurrent_activation,
-          double rate = 0, uint64_t seed = 0, uint64_t call = 0) {
+          uintptr_t input_masks, uintptr_t recurrent_masks, double rate = 0, uint64_t seed = 0,
+          uint64_t call = 0) {
     RnnMode rnn_mode;
     if (mode == "lstm") {
       rnn_mode = RnnMode::kLstm;
@@ -69,6 +72,12 @@ struct RnnCall {
     if (CheckedParamsSize(m) < 0) throw py::value_error("params size overflows");
     if (!(rate >= 0 && rate < 1)) throw py::value_error("dropout must be in [0, 1)");
     run = RnnRun{time, batch, time_major, nullptr};
+    run.input_masks = Ptr<const void>(input_masks);
+    run.recurrent_masks = Ptr<const void>(recurrent_masks);
+    if (run.masked() && !RnnTakesMasks(m)) {
+      throw py::value_error("operand masks need one layer, one direction, linear input and no "
+                            "projection");
+    }
     if (lens) {
       lengths = *lens;
       if (static_cast<int64_t>(lengths.size()) != batch) {
@@ -96,15 +105,17 @@ struct RnnCall {
   const std::string &mode, int64_t num_layers, int64_t num_units, int64_t input_size,      \
       int64_t num_proj, int64_t num_dirs, bool skip_input, int64_t time, int64_t batch,     \
       bool time_major, const std::optional<std::vector<int32_t>>&lengths,                   \
-      const std::string &activation, const std::string &recurrent_activation
+      const std::string &activation, const std::string &recurrent_activation,               \
+      uintptr_t input_masks, uintptr_t recurrent_masks
 #define TF_LSTM_RNN_MODEL_VALUES                                                             \
   mode, num_layers, num_units, input_size, num_proj, num_dirs, skip_input, time, batch,     \
-      time_major, lengths, activation, recurrent_activation
+      time_major, lengths, activation, recurrent_activation, input_masks, recurrent_masks
 #define TF_LSTM_RNN_MODEL_PYARGS                                                             \
   py::arg("mode"), py::arg("num_layers"), py::arg("num_units"), py::arg("input_size"),     \
       py::arg("num_proj"), py::arg("num_dirs"), py::arg("skip_input"), py::arg("time"),     \
       py::arg("batch"), py::arg("time_major"), py::arg("lengths"),                          \
-      py::arg("activation") = "", py::arg("recurrent_activation") = ""
+      py::arg("activation") = "", py::arg("recurrent_activation") = "",                     \
+      py::arg("input_masks") = 0, py::arg("recurrent_masks") = 0
 
 }  // namespace
 
@@ -114,7 +125,7 @@ void RegisterRnn(py::module_& mod) {
       [](const std::string& mode, int64_t num_layers, int64_t num_units, int64_t input_size,
          int64_t num_proj, int64_t num_dirs, bool skip_input) {
         const RnnCall c(mode, num_layers, num_units, input_size, num_proj, num_dirs, skip_input,
-                        0, 0, true, std::nullopt, "", "");
+                        0, 0, true, std::nullopt, "", "", 0, 0);
         return CheckedParamsSize(c.m);
       },
       py::arg("mode"), py::arg("num_layers"), py::arg("num_units"), py::arg("input_size"),

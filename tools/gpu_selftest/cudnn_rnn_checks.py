@@ -64,6 +64,10 @@ class Case:
     call: int = 0
     activation: str = ""            # Keras' activations (docs/cudnn_rnn.md §4.7); "": cuDNN's
     recurrent_activation: str = ""
+    # Keras' recurrent dropout (RnnRun's operand masks; one layer, one direction): whether the
+    # run has per-gate masks on x and/or h_prev (values: random_masks)
+    input_masks: bool = False
+    recurrent_masks: bool = False
 
     @property
     def cfg(self):
@@ -90,7 +94,13 @@ class Case:
         if self.activation or self.recurrent_activation:
             parts.append("act-%s-%s" % (self.activation or "cudnn",
                                         self.recurrent_activation or "cudnn"))
+        if self.masked:
+            parts.append("mask-" + "".join(n[0] for n in MASK_NAMES if getattr(self, n)))
         return "_".join(parts)
+
+    @property
+    def masked(self):
+        return self.input_masks or self.recurrent_masks
 
     def model_kwargs(self):
         """The model and run fields every binding takes."""
@@ -108,6 +118,11 @@ class Case:
         return ((self.time, self.batch, width) if self.time_major
                 else (self.batch, self.time, width))
 
+
+# The operand masks' names (Case fields, make_inputs keys, binding and reference arguments).
+MASK_NAMES = ("input_masks", "recurrent_masks")
+# Keras' dropout masks: 0 with this probability, else 1 / (1 - rate)
+MASK_RATE = 0.25
 
 # The CudnnRNN engine's test-only switch: "0" makes the forward recurrence run per step.
 PERSISTENT_ENV = "TF_LSTM_OPS_RNN_PERSISTENT"
@@ -155,6 +170,26 @@ def engine_cases():
         cases.append(Case("rnn_tanh" if k % 2 else "rnn_relu", 1, 4, 3,
                           "bidirectional" if k % 2 else "unidirectional", lengths=VARLEN,
                           activation=name))
+    cases += mask_cases()
+    return cases
+
+
+def mask_cases():
+    """Operand masks (Keras' recurrent dropout; one layer, one direction): every mode x each mask
+    alone and both x layout x lengths (None, varied), plus Keras' activations in every mode."""
+    cases = []
+    for mode in R.MODES:
+        for xm, hm in ((True, False), (False, True), (True, True)):
+            for time_major in (True, False):
+                for lengths in (None, VARLEN):
+                    cases.append(Case(mode, 1, 4, 3, time_major=time_major, lengths=lengths,
+                                      input_masks=xm, recurrent_masks=hm))
+    for k, (mode, act, rec) in enumerate((("lstm", "softsign", "hard_sigmoid"),
+                                          ("gru", "elu", "hard_sigmoid_keras2"),
+                                          ("rnn_tanh", "silu", ""), ("rnn_relu", "linear", ""))):
+        cases.append(Case(mode, 1, 4, 3, time_major=k % 2 == 1, lengths=VARLEN if k < 2 else None,
+                          activation=act, recurrent_activation=rec, input_masks=True,
+                          recurrent_masks=True))
     return cases
 
 
@@ -175,16 +210,41 @@ def empty_cases():
 # ------------------------------------------------------------------------------------------------
 
 def make_inputs(rng, case, dtype):
-    """Random inputs and cotangents (TF layouts), rounded to dtype."""
+    """Random inputs and cotangents (TF layouts), rounded to dtype; inputs hold the case's
+    operand masks (random_masks) under MASK_NAMES."""
     cfg = case.cfg
     inp = R.random_inputs(rng, cfg, case.time, case.batch, case.time_major)
     cot = R.random_cotangents(rng, cfg, case.time, case.batch, case.time_major)
+    inp.update(random_masks(rng, case))
     return rounded(inp, dtype), rounded(cot, dtype)
 
 
+def random_masks(rng, case):
+    """The case's operand masks as Keras draws them: 0 with probability MASK_RATE, else
+    1 / (1 - MASK_RATE), a mask per gate: input_masks [G, B, I], recurrent_masks [G, B, Hr]."""
+    cfg = case.cfg
+    widths = dict(input_masks=cfg.I, recurrent_masks=cfg.Hr)
+    return {k: np.where(rng.uniform(size=(cfg.G, case.batch, widths[k])) < MASK_RATE, 0.0,
+                        1.0 / (1.0 - MASK_RATE))
+            for k in MASK_NAMES if getattr(case, k)}
+
+
+def upload_masks(alloc, case, inp, dtype):
+    """The case's operand masks as buffers (keep them while the engine may read them) and the
+    binding arguments pointing at them (0: none)."""
+    buffers = {k: alloc.upload(inp[k], dtype) if getattr(case, k) else None for k in MASK_NAMES}
+    return buffers, {k: alloc.ptr(b) for k, b in buffers.items()}
+
+
+def _check_scratch(alloc, scratch, what):
+    assert alloc.scratch_intact(scratch), "%s wrote past its scratch block" % what
+
+
 def run_forward(module, alloc, case, dtype, inp):
-    """Runs the forward; returns the outputs (float64), the workspace buffer and its bytes."""
-    kw = case.model_kwargs()
+    """Runs the forward; returns the outputs (float64), the workspace buffer and its bytes, and
+    the mask arguments it passed (for rnn_reserve_header)."""
+    masks, mask_args = upload_masks(alloc, case, inp, dtype)  # masks: alive through the call
+    kw = dict(case.model_kwargs(), **mask_args)
     lstm = case.mode == "lstm"
     x = alloc.upload(inp["input"], dtype)
     h = alloc.upload(inp["input_h"], dtype)
@@ -195,22 +255,24 @@ def run_forward(module, alloc, case, dtype, inp):
     out_c = alloc.empty(np.shape(inp["input_c"]), dtype) if lstm else None
     ws_bytes = module.rnn_workspace_bytes(dtype, **kw, dropout=case.dropout)
     ws = alloc.empty_bytes(ws_bytes)
-    scratch = alloc.empty_bytes(module.rnn_forward_scratch_bytes(alloc.backend, dtype, **kw,
-                                                                 dropout=case.dropout))
+    scratch = alloc.scratch(module.rnn_forward_scratch_bytes(alloc.backend, dtype, **kw,
+                                                             dropout=case.dropout))
     ptr = alloc.ptr
     module.rnn_forward(alloc.backend, dtype, alloc.stream, **kw, dropout=case.dropout,
                        seed=case.seed, call=case.call, input=ptr(x), input_h=ptr(h),
                        input_c=ptr(c), params=ptr(p), output=ptr(out), output_h=ptr(out_h),
                        output_c=ptr(out_c), workspace=ptr(ws), scratch=ptr(scratch))
     alloc.synchronize()
+    _check_scratch(alloc, scratch, "rnn_forward")
     return dict(output=alloc.download(out, dtype), output_h=alloc.download(out_h, dtype),
                 output_c=alloc.download(out_c, dtype) if lstm else None,
-                workspace_buffer=ws, workspace=alloc.download_bytes(ws))
+                workspace_buffer=ws, workspace=alloc.download_bytes(ws), mask_args=mask_args)
 
 
 def run_backward(module, alloc, case, dtype, inp, cot, workspace_buffer):
     """Runs the backprop on a forward's workspace; returns the gradients (float64)."""
-    kw = case.model_kwargs()
+    masks, mask_args = upload_masks(alloc, case, inp, dtype)  # masks: alive through the call
+    kw = dict(case.model_kwargs(), **mask_args)
     lstm = case.mode == "lstm"
     up = alloc.upload
     x, h, p = up(inp["input"], dtype), up(inp["input_h"], dtype), up(inp["params"], dtype)
@@ -221,7 +283,7 @@ def run_backward(module, alloc, case, dtype, inp, cot, workspace_buffer):
     dh0 = alloc.empty(np.shape(inp["input_h"]), dtype)
     dc0 = alloc.empty(np.shape(inp["input_c"]), dtype) if lstm else None
     dp = alloc.empty(np.shape(inp["params"]), dtype)
-    scratch = alloc.empty_bytes(module.rnn_backward_scratch_bytes(alloc.backend, dtype, **kw))
+    scratch = alloc.scratch(module.rnn_backward_scratch_bytes(alloc.backend, dtype, **kw))
     ptr = alloc.ptr
     module.rnn_backward(alloc.backend, dtype, alloc.stream, **kw, dropout=case.dropout,
                         input=ptr(x), input_h=ptr(h), input_c=ptr(c), params=ptr(p),
@@ -230,6 +292,7 @@ def run_backward(module, alloc, case, dtype, inp, cot, workspace_buffer):
                         input_backprop=ptr(dx), input_h_backprop=ptr(dh0),
                         input_c_backprop=ptr(dc0), params_backprop=ptr(dp), scratch=ptr(scratch))
     alloc.synchronize()
+    _check_scratch(alloc, scratch, "rnn_backward")
     return dict(input_backprop=alloc.download(dx, dtype),
                 input_h_backprop=alloc.download(dh0, dtype),
                 input_c_backprop=alloc.download(dc0, dtype) if lstm else None,
@@ -309,6 +372,7 @@ def reference(case, inp, cot, masks=None):
     cfg = case.cfg
     lens = None if case.lengths is None else list(case.lengths)
     extra = dict(dropout=float(np.float32(case.dropout)), dropout_masks=masks) if masks else {}
+    extra.update({k: inp[k] for k in MASK_NAMES if getattr(case, k)})
     fwd = R.forward(cfg, inp["input"], inp["input_h"], inp["input_c"], inp["params"],
                     seq_lengths=lens, time_major=case.time_major, **extra)
     bwd = R.backward(cfg, inp["input"], inp["input_h"], inp["input_c"], inp["params"],
@@ -328,7 +392,7 @@ def check_case(module, alloc, case, dtype, rng):
     inp, cot = make_inputs(rng, case, dtype)
     fwd = run_forward(module, alloc, case, dtype, inp)
     kw = case.model_kwargs()
-    header = module.rnn_reserve_header(dtype, **kw, dropout=case.dropout)
+    header = module.rnn_reserve_header(dtype, **kw, **fwd["mask_args"], dropout=case.dropout)
     assert len(fwd["workspace"]) == module.rnn_workspace_bytes(dtype, **kw, dropout=case.dropout)
     assert fwd["workspace"][:HEADER_BYTES].tobytes() == header, "workspace header"
     # Every saved value is written (buffers start as NaN bytes), as the CPU kernels write them.
@@ -402,11 +466,17 @@ def check_header_mismatch(module, alloc, case, dtype, rng):
     for k, v in bwd.items():
         if v is not None:
             assert np.all(np.isfinite(v)), k
-    # A reserve space from other lengths (same sizes): its config hash differs.
+    # A reserve space from other lengths (same sizes), or from a forward that used another set
+    # of operand masks: its config hash differs.
+    others = []
     if case.lengths is not None:
-        other = dataclasses.replace(case, lengths=tuple(case.time for _ in case.lengths))
+        others.append(dataclasses.replace(case, lengths=tuple(case.time for _ in case.lengths)))
+    for k in MASK_NAMES:
+        if getattr(case, k):
+            others.append(dataclasses.replace(case, **{k: False}))
+    for other in others:
         bwd = run_backward(module, alloc, other, dtype, inp, cot, ws)
-        assert all(np.all(np.isnan(v)) for v in bwd.values() if v is not None)
+        assert all(np.all(np.isnan(v)) for v in bwd.values() if v is not None), other.name
 
 
 def check_deterministic(module, alloc, case, dtype, rng):

@@ -16,8 +16,9 @@ With --backend cuda (the default; needs nvcc, pybind11, NumPy and PyTorch with C
   3. correctness, every dtype (half, bfloat16, float32, float64), torch tensors as buffers on one
      stream:
        - the LSTM block-op and CudnnRNN engine suites (block_lstm_checks.py,
-                                                       cudnn_rnn_checks.py) against the
-         float64 NumPy references (tools/references/block_lstm.py, cudnn_rnn.py);
+                                                       cudnn_rnn_checks.py; the latter with
+         Keras' operand masks too) against the float64 NumPy references
+         (tools/references/block_lstm.py, cudnn_rnn.py);
        - repeat runs bitwise equal;
        - the CudnnRNN engine against torch.nn.LSTM (also proj_size), GRU and RNN (tanh, relu):
          1-2 layers, uni-/bidirectional, time-/batch-major, fixed and variable lengths
@@ -361,6 +362,12 @@ LARGE_RNN_CASES = [
     cudnn_rnn_checks.Case("rnn_tanh", 3, 32, 17, "bidirectional", time_major=False, time=6,
                           batch=25,
                     dropout=0.5, seed=5, call=2),
+    # operand masks (Keras' recurrent dropout): per step (batch > 16), and persistent
+    cudnn_rnn_checks.Case("lstm", 1, 48, 20, time_major=False, time=9, batch=37,
+                          lengths=_lengths_with_empty(9, 37), input_masks=True,
+                          recurrent_masks=True),
+    cudnn_rnn_checks.Case("gru", 1, 64, 33, time=10, batch=8, lengths=_lengths_with_empty(10, 8),
+                          input_masks=True, recurrent_masks=True),
 ]
 
 
@@ -460,7 +467,10 @@ def group_rnn_determinism(ctx):
     cases = [cudnn_rnn_checks.Case("lstm", 2, 4, 3, "bidirectional", 2, time_major=False,
                              lengths=cudnn_rnn_checks.VARLEN, dropout=0.5, seed=11),
              cudnn_rnn_checks.Case("gru", 2, 5, 3, "bidirectional",
-                                   lengths=cudnn_rnn_checks.VARLEN)]
+                                   lengths=cudnn_rnn_checks.VARLEN),
+             cudnn_rnn_checks.Case("lstm", 1, 5, 3, time_major=False,
+                                   lengths=cudnn_rnn_checks.VARLEN, input_masks=True,
+                                   recurrent_masks=True)]
     if not ctx.quick:
         cases.append(cudnn_rnn_checks.Case("lstm", 2, 128, 64, "bidirectional", 32, time=16,
                                            batch=32,
