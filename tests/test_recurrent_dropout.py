@@ -378,3 +378,29 @@ def test_tf_keras_layers_apply_its_masks_on_the_kernel(rng, caplog, case):
     assert drawn, "no mask was drawn"
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, atol=1e-10, rtol=1e-9)
+
+
+@pytest.mark.parametrize("kind, args", [
+    ("LSTM", dict(dropout=0.3, recurrent_dropout=0.4)),
+    ("GRU", dict(dropout=0.3, recurrent_dropout=0.4, reset_after=False)),
+    ("SimpleRNN", dict(dropout=0.3, recurrent_dropout=0.4)),
+], ids=["LSTM", "GRU-reset-before", "SimpleRNN"])
+def test_tf_keras_same_seed_same_masks(rng, kind, args):
+    """After tf_keras.utils.set_random_seed, ours and tf_keras' draw the same masks (no
+    injection): equal outputs while training."""
+    tf_keras = pytest.importorskip("tf_keras")
+    import tf_lstm_ops.tf_keras as tlk2
+
+    kw = dict(return_sequences=True, dtype="float64", **args)
+    ours, theirs = getattr(tlk2, kind)(H, **kw), getattr(tf_keras.layers, kind)(H, **kw)
+    x = tf.constant(rng.uniform(-1, 1, (LAYER_B, LAYER_T, I)))
+    for layer in (ours, theirs):
+        layer.build(x.shape)
+    ours.set_weights(theirs.get_weights())
+    outs = []
+    for layer in (ours, theirs):
+        tf_keras.utils.set_random_seed(3)
+        outs.append(layer(x, training=True).numpy())
+    np.testing.assert_allclose(outs[0], outs[1], atol=1e-12)
+    tf_keras.utils.set_random_seed(4)
+    assert not np.allclose(ours(x, training=True).numpy(), outs[0])  # the masks do act
