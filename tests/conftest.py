@@ -174,6 +174,25 @@ def to_numpy(result):
     return np.asarray(result, dtype=np.float64)
 
 
+def assert_gradients_to_second_order(loss, args, atol=2e-6, rtol=1e-5):
+    """tf.test.compute_gradient, against finite differences, of loss(x, h, p) (first order:
+    through a fused Backprop op) and of a function of its gradient (second order: through that
+    op's own gradient), at float64 args (x, h, p)."""
+
+    def grad_norm(x, h, p):
+        with tf.GradientTape() as tape:
+            tape.watch([x, h, p])
+            value = loss(x, h, p)
+        gx, gh, gp = tape.gradient(value, [x, h, p])
+        return tf.reduce_sum(gx ** 2) + tf.reduce_sum(gh * h) + tf.reduce_sum(tf.sin(gp))
+
+    for fn in (loss, grad_norm):
+        theoretical, numerical = tf.test.compute_gradient(fn, list(args), delta=1e-6)
+        for t, n in zip(theoretical, numerical):
+            np.testing.assert_allclose(t, n, atol=atol, rtol=rtol,
+                                       err_msg=getattr(fn, "__name__", "loss"))
+
+
 def round_to(a, dtype):
     """Round float64 values to `dtype` and return them as float64."""
     return tf.cast(tf.constant(np.asarray(a, np.float64)), DTYPES[dtype]).numpy().astype(np.float64)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import assert_gradients_to_second_order
 from tools.references import cudnn_rnn as R
 
 T, I, H = 5, 3, 4
@@ -129,17 +130,7 @@ def test_first_and_second_order_gradients_in_float64(rng, masked):
             recurrent_masks=masks[1], rnn_mode="gru", activation="silu", reset_after=False)
         return tf.reduce_sum(out.output * dy) + tf.reduce_sum(out.output_h ** 2)
 
-    def grad_norm(x, h, p):
-        with tf.GradientTape() as tape:
-            tape.watch([x, h, p])
-            value = loss(x, h, p)
-        gx, gh, gp = tape.gradient(value, [x, h, p])
-        return tf.reduce_sum(gx ** 2) + tf.reduce_sum(gh * h) + tf.reduce_sum(tf.sin(gp))
-
-    for fn in (loss, grad_norm):
-        theoretical, numerical = tf.test.compute_gradient(fn, [x0, h0, p0], delta=1e-6)
-        for t, n in zip(theoretical, numerical):
-            np.testing.assert_allclose(t, n, atol=2e-6, rtol=1e-5, err_msg=fn.__name__)
+    assert_gradients_to_second_order(loss, [x0, h0, p0])
 
 
 # ---- the layers --------------------------------------------------------------------------------
@@ -162,15 +153,21 @@ def _outputs_and_grads(layer, x, cot, training=False):
     return [np.asarray(v) for v in list(outs) + grads]
 
 
-def _pair(rng, ours_cls, theirs_cls, **kw):
-    ours, theirs = ours_cls(H, **kw), theirs_cls(H, **kw)
+def _setup(rng, ours_cls, theirs_cls, kw):
+    """Ours and theirs as GRU(reset_after=False, **kw) with the same random weights, an input
+    and the cotangents of (sequence, state)."""
+    args = dict(reset_after=False, return_sequences=True, return_state=True, dtype="float64",
+                **kw)
+    ours, theirs = ours_cls(H, **args), theirs_cls(H, **args)
     for layer in (ours, theirs):
         layer.build((None, STEPS, I))
     theirs.set_weights([rng.uniform(-0.8, 0.8, w.shape) for w in ours.get_weights()])
     ours.set_weights(theirs.get_weights())
     if kw.get("use_bias", True):
         assert ours.get_weights()[-1].shape == (3 * H,)  # one bias row, as Keras'
-    return ours, theirs
+    x = rng.uniform(-1, 1, (B, STEPS, I))
+    cot = [rng.uniform(-1, 1, (B, STEPS, H)), rng.uniform(-1, 1, (B, H))]
+    return ours, theirs, x, cot
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(go_backwards=True, activation="relu"),
@@ -179,11 +176,7 @@ def test_keras3_gru_reset_after_false_runs_the_kernel(rng, caplog, kw):
     keras = pytest.importorskip("keras")
     import tf_lstm_ops.keras as tlk
 
-    args = dict(reset_after=False, return_sequences=True, return_state=True, dtype="float64",
-                **kw)
-    ours, theirs = _pair(rng, tlk.GRU, keras.layers.GRU, **args)
-    x = rng.uniform(-1, 1, (B, STEPS, I))
-    cot = [rng.uniform(-1, 1, (B, STEPS, H)), rng.uniform(-1, 1, (B, H))]
+    ours, theirs, x, cot = _setup(rng, tlk.GRU, keras.layers.GRU, kw)
     with caplog.at_level("INFO", logger="tf_lstm_ops"):
         got = _outputs_and_grads(ours, x, cot)
     assert "tf_lstm_ops" not in caplog.text
@@ -197,11 +190,7 @@ def test_tf_keras_gru_reset_after_false_runs_the_kernel(rng, caplog, kw):
     tf_keras = pytest.importorskip("tf_keras")
     import tf_lstm_ops.tf_keras as tlk2
 
-    args = dict(reset_after=False, return_sequences=True, return_state=True, dtype="float64",
-                **kw)
-    ours, theirs = _pair(rng, tlk2.GRU, tf_keras.layers.GRU, **args)
-    x = rng.uniform(-1, 1, (B, STEPS, I))
-    cot = [rng.uniform(-1, 1, (B, STEPS, H)), rng.uniform(-1, 1, (B, H))]
+    ours, theirs, x, cot = _setup(rng, tlk2.GRU, tf_keras.layers.GRU, kw)
     drawn = {}
 
     def fixed(self, inputs, training, count=1):  # the same masks for both layers

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import assert_gradients_to_second_order
 from tools.references import cudnn_rnn as R
 
 T, I, H = 5, 3, 4
@@ -122,17 +123,7 @@ def test_first_and_second_order_gradients_in_float64(rng, cfg):
             activation=cfg.activation, recurrent_activation=cfg.recurrent_activation)
         return tf.reduce_sum(out.output * dy) + tf.reduce_sum(out.output_h ** 2)
 
-    def grad_norm(x, h, p):
-        with tf.GradientTape() as tape:
-            tape.watch([x, h, p])
-            value = loss(x, h, p)
-        gx, gh, gp = tape.gradient(value, [x, h, p])
-        return tf.reduce_sum(gx ** 2) + tf.reduce_sum(gh * h) + tf.reduce_sum(tf.sin(gp))
-
-    for fn in (loss, grad_norm):
-        theoretical, numerical = tf.test.compute_gradient(fn, [x0, h0, p0], delta=1e-6)
-        for t, n in zip(theoretical, numerical):
-            np.testing.assert_allclose(t, n, atol=2e-6, rtol=1e-5, err_msg=fn.__name__)
+    assert_gradients_to_second_order(loss, [x0, h0, p0])
 
 
 def _bad_mask_cases():

@@ -373,6 +373,25 @@ void BackwardRowResetCandidate(const RnnModel& m, int64_t n, const A* saved, con
   }
 }
 
+// Cell slice u's part of forward step `step`: its units [j0, j0 + n), its gates' padded width
+// gn in the recurrent product's row of `row` values (its block rec_u of the step's product),
+// the time index t and the state h_prev before the step.
+template <typename A>
+struct StepSlice {
+  int64_t j0, n, gn, row, t;
+  const A* h_prev;
+  A* rec_u;
+  StepSlice(const PseudoLayer<A>& pl, const RnnRun& run, int64_t step, const SlicePacking& fwd,
+            int u, A* rec)
+      : j0(fwd.bounds()[u]),
+        n(fwd.bounds()[u + 1] - j0),
+        gn(fwd.gate_cols(u)),
+        row(pl.m.gates() * gn),
+        t(TimeOf(pl.dir, step, run.time)),
+        h_prev(pl.h_before(step, run.time, run.batch)),
+        rec_u(rec + run.batch * fwd.col0(u)) {}
+};
+
 // Forward work of cell slice u (units [j0, j1)) at step `step`: its block of the recurrent GEMM,
 // rec_u = h_prev·R_uᵀ ([B, G·gn], gates in order, each padded to gn columns; gate g from
 // h_prev ⊙ h_masks[g] where given), then the element-wise pass of its units, which writes c,
@@ -382,16 +401,14 @@ void ForwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vector
                   int64_t step, const TeamPlan& plan, int u, const A* r_packed,
                   const A* h_masks, const A* xw, A* rec, A* m_buf) {
   const RnnModel& m = pl.m;
-  const SlicePacking& packing = plan.fwd;
   const int64_t T = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
-  const int64_t G = m.gate_width(), j0 = packing.bounds()[u], n = packing.bounds()[u + 1] - j0;
-  const int64_t gn = packing.gate_cols(u), row = m.gates() * gn;
+  const StepSlice<A> s(pl, run, step, plan.fwd, u, rec);
+  const int64_t G = m.gate_width(), j0 = s.j0, n = s.n, gn = s.gn, row = s.row, t = s.t;
   if (n == 0) return;
-  const int64_t t = TimeOf(pl.dir, step, T);
-  const A* h_prev = pl.h_before(step, T, B);
+  const A* h_prev = s.h_prev;
   const A* c_prev = pl.c_before(step, T, B);
   A* h_out = pl.h + t * B * Hr;
-  A* rec_u = rec + B * packing.col0(u);
+  A* rec_u = s.rec_u;
   if (h_masks == nullptr) {
     plan.ForwardProduct(m, u, B, h_prev, pl.r, r_packed, rec_u, row);
   } else {  // (every unit masks all of h: B·Hr products per gate, against the GEMM's B·Hr·2n)
@@ -500,14 +517,11 @@ void ForwardResetGates(const PseudoLayer<A>& pl, const RnnRun& run,
                        int u, const A* r_packed, const A* h_masks, const A* xw, A* rec,
                        A* reset_buf) {
   const RnnModel& m = pl.m;
-  const SlicePacking& packing = plan.fwd;
-  const int64_t T = run.time, B = run.batch, H = m.num_units, G = m.gate_width();
-  const int64_t j0 = packing.bounds()[u], n = packing.bounds()[u + 1] - j0;
-  const int64_t gn = packing.gate_cols(u), row = m.gates() * gn;
+  const int64_t B = run.batch, H = m.num_units, G = m.gate_width();
+  const StepSlice<A> s(pl, run, step, plan.fwd, u, rec);
+  const int64_t j0 = s.j0, n = s.n, gn = s.gn, t = s.t;
+  const A* h_prev = s.h_prev;
   if (n == 0) return;
-  const int64_t t = TimeOf(pl.dir, step, T);
-  const A* h_prev = pl.h_before(step, T, B);
-  A* rec_u = rec + B * packing.col0(u);
   for (int g = 0; g < 2; ++g) {  // r and u (the candidate's product waits for r ⊙ h)
     const A* operand = h_prev;
     if (h_masks != nullptr) {
@@ -515,7 +529,7 @@ void ForwardResetGates(const PseudoLayer<A>& pl, const RnnRun& run,
       MaskOperand<A>(0, B * H, B * H, h_prev, h_masks + g * B * H, false, masked);
       operand = masked;
     }
-    plan.ForwardGateProduct(m, u, g, B, operand, pl.r, r_packed, rec_u, row);
+    plan.ForwardGateProduct(m, u, g, B, operand, pl.r, r_packed, s.rec_u, s.row);
   }
   A* rh = reset_buf;
   A* a_u = reset_buf + B * H;
@@ -526,7 +540,7 @@ void ForwardResetGates(const PseudoLayer<A>& pl, const RnnRun& run,
       continue;
     }
     const A* gx = xw + (t * B + b) * G + j0;
-    const A* gh = rec_u + b * row;
+    const A* gh = s.rec_u + b * s.row;
     const A* bw = pl.bias_w + j0;
     const A* br = pl.bias_r + j0;
     for (int64_t j = 0; j < n; ++j) {
@@ -552,18 +566,15 @@ void ForwardResetCandidates(const PseudoLayer<A>& pl, const RnnRun& run,
                             int u, const A* r_packed, const A* xw, A* rec,
                             const A* reset_buf) {
   const RnnModel& m = pl.m;
-  const SlicePacking& packing = plan.fwd;
-  const int64_t T = run.time, B = run.batch, H = m.num_units, G = m.gate_width();
-  const int64_t j0 = packing.bounds()[u], n = packing.bounds()[u + 1] - j0;
-  const int64_t gn = packing.gate_cols(u), row = m.gates() * gn;
+  const int64_t B = run.batch, H = m.num_units, G = m.gate_width();
+  const StepSlice<A> s(pl, run, step, plan.fwd, u, rec);
+  const int64_t j0 = s.j0, n = s.n, t = s.t;
+  const A* h_prev = s.h_prev;
   if (n == 0) return;
-  const int64_t t = TimeOf(pl.dir, step, T);
-  const A* h_prev = pl.h_before(step, T, B);
   const A* rh = reset_buf;
   const A* a_u = reset_buf + B * H;
   A* h_out = pl.h + t * B * H;
-  A* rec_u = rec + B * packing.col0(u);
-  plan.ForwardGateProduct(m, u, 2, B, rh, pl.r, r_packed, rec_u, row);
+  plan.ForwardGateProduct(m, u, 2, B, rh, pl.r, r_packed, s.rec_u, s.row);
   A* a_n = RowScratch<A>(3 * n);
   A* cand = a_n + n;
   A* upd = cand + n;
@@ -577,7 +588,7 @@ void ForwardResetCandidates(const PseudoLayer<A>& pl, const RnnRun& run,
       continue;
     }
     const A* gx = xw + (t * B + b) * G + j0;
-    const A* gh = rec_u + b * row + 2 * gn;
+    const A* gh = s.rec_u + b * s.row + 2 * s.gn;
     const A* bw = pl.bias_w + j0;
     const A* br = pl.bias_r + j0;
     for (int64_t j = 0; j < n; ++j) a_n[j] = (gx[2 * H + j] + bw[2 * H + j]) + (gh[j] + br[2 * H + j]);
