@@ -184,7 +184,8 @@ def test_keras3_gru_reset_after_false_runs_the_kernel(rng, caplog, kw):
         np.testing.assert_allclose(a, b, atol=1e-10, rtol=1e-9)
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(go_backwards=True, dropout=0.3, recurrent_dropout=0.3)],
+@pytest.mark.parametrize("kw", [dict(),
+                                dict(go_backwards=True, dropout=0.3, recurrent_dropout=0.3)],
                          ids=["default", "backwards-dropout"])
 def test_tf_keras_gru_reset_after_false_runs_the_kernel(rng, caplog, kw):
     tf_keras = pytest.importorskip("tf_keras")

@@ -173,7 +173,8 @@ def test_a_mask_of_another_dtype_is_rejected(rng):
     cfg = R.Cfg("lstm", 1, H, I)
     kwargs = op_args(cfg, R.random_inputs(rng, cfg, T, 3), [T] * 3, (None, None), True, "float32")
     kwargs["recurrent_masks"] = tf.ones([4, 3, H], tf.float64)
-    with pytest.raises((TypeError, tf.errors.InvalidArgumentError), match="recurrent_masks|input #6"):
+    with pytest.raises((TypeError, tf.errors.InvalidArgumentError),
+                       match="recurrent_masks|input #6"):
         op("CudnnRNNV3Keras")(**kwargs)
 
 

@@ -90,6 +90,12 @@ _KERAS_GATE_OF_CUDNN_GATE = {"lstm": (0, 1, 2, 3), "gru": (1, 0, 2), "rnn_tanh":
                              "rnn_relu": (0,)}
 
 
+def dropout_applies(rate, gated):
+    """Whether a Keras cell applies a dropout rate while training: LSTM and GRU (gated) one in
+    (0, 1), SimpleRNN any rate > 0 (docs/keras_layers.md §5)."""
+    return 0 < rate < 1 if gated else rate > 0
+
+
 def operand_masks(rnn_mode, masks, dtype):
     """The op's operand masks [G, B, n] (docs/keras_layers.md §5) from a Keras cell's: a list of
     one mask per gate in Keras' gate order, or one mask for every gate; None stays None."""

@@ -39,7 +39,7 @@ PRIVATE_OP_NAMES = (
     "KerasToCudnnParams",  # the Keras layers' weights as CudnnRNN params, and back
     "CudnnParamsToKeras",
     "CudnnRNNDropoutKept",  # the dropout masks in a reserve space (second derivatives), CPU only
-    "CudnnRNNV3Keras",  # V3 with Keras' activations (the Keras layers run it)
+    "CudnnRNNV3Keras",  # V3 with Keras' cell options (the Keras layers run it)
     "CudnnRNNBackpropV3Keras",
 )
 OP_NAMES = (

@@ -26,6 +26,7 @@ import tensorflow as tf
 import tf_keras
 
 from tf_lstm_ops._fused_rnn import (
+    dropout_applies,
     is_inference,
     keras_cell_attrs,
     keras_params,
@@ -108,13 +109,12 @@ class _FusedCall:
         step = x[0] if self.time_major else x[:, 0]
         input_mask = cell.get_dropout_mask_for_cell(step, training, count=gates)
         recurrent_mask = cell.get_recurrent_dropout_mask_for_cell(h0, training, count=gates)
-        if gates > 1:
-            if not 0 < cell.dropout < 1:
-                input_mask = None
-            elif cell.implementation != 1:
-                input_mask = input_mask[0]
-            if not 0 < cell.recurrent_dropout < 1:
-                recurrent_mask = None
+        if not dropout_applies(cell.dropout, gates > 1):
+            input_mask = None
+        elif gates > 1 and cell.implementation != 1:
+            input_mask = input_mask[0]
+        if not dropout_applies(cell.recurrent_dropout, gates > 1):
+            recurrent_mask = None
         input_masks = None
         if isinstance(input_mask, (list, tuple)):
             input_masks = operand_masks(self._rnn_mode, input_mask, x.dtype)

@@ -88,7 +88,8 @@ void MaskOperand(const CPUDevice& d, int64_t n, int64_t period, const A* v, cons
 }
 
 // The operand masks of a run in the compute type ([gates, B, width] each, or null), and a
-// scratch for the masked operand of a whole-sequence product ([T·B, I] or [T·B, Hr]).
+// scratch for the masked operand of a whole-sequence product: x's in the forward ([T·B, I]),
+// x's or h_prev's in the backward.
 template <typename A>
 struct OperandMasks {
   const A *input = nullptr, *recurrent = nullptr;
@@ -96,7 +97,7 @@ struct OperandMasks {
 };
 template <typename T, typename A>
 OperandMasks<A> ConvertMasks(const CPUDevice& d, Scratch& scratch, const RnnModel& m,
-                             const RnnRun& run) {
+                             const RnnRun& run, bool backward) {
   OperandMasks<A> masks;
   const int64_t gates_b = m.gates() * run.batch;
   if (run.input_masks != nullptr) {
@@ -107,9 +108,11 @@ OperandMasks<A> ConvertMasks(const CPUDevice& d, Scratch& scratch, const RnnMode
     masks.recurrent = AsAcc<A>(d, scratch, static_cast<const T*>(run.recurrent_masks),
                                gates_b * m.output_width());
   }
-  if (run.masked()) {
+  if (backward && run.masked()) {
     masks.operand =
         scratch.Take<A>(run.time * run.batch * std::max(m.input_size, m.output_width()));
+  } else if (run.input_masks != nullptr) {
+    masks.operand = scratch.Take<A>(run.time * run.batch * m.input_size);
   }
   return masks;
 }
@@ -591,7 +594,9 @@ void ForwardResetCandidates(const PseudoLayer<A>& pl, const RnnRun& run,
     const A* gh = s.rec_u + b * s.row + 2 * s.gn;
     const A* bw = pl.bias_w + j0;
     const A* br = pl.bias_r + j0;
-    for (int64_t j = 0; j < n; ++j) a_n[j] = (gx[2 * H + j] + bw[2 * H + j]) + (gh[j] + br[2 * H + j]);
+    for (int64_t j = 0; j < n; ++j) {
+      a_n[j] = (gx[2 * H + j] + bw[2 * H + j]) + (gh[j] + br[2 * H + j]);
+    }
     if (saved != nullptr) {
       std::memcpy(saved + 2 * H, a_n, n * sizeof(A));
       std::memcpy(saved + 3 * H, rh + b * H + j0, n * sizeof(A));
@@ -709,7 +714,7 @@ bool ForwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const 
   const A* x0 = ToTimeMajor<A>(d, scratch, run, m.input_size, input);
   const A* h0 = AsAcc<A>(d, scratch, input_h, LD * B * Hr);
   const A* c0 = lstm ? AsAcc<A>(d, scratch, input_c, LD * B * H) : nullptr;
-  const OperandMasks<A> masks = ConvertMasks<T, A>(d, scratch, m, run);
+  const OperandMasks<A> masks = ConvertMasks<T, A>(d, scratch, m, run, false);
   // Per direction: the input projections, the recurrent GEMM's output, m (with a projection)
   // and the packed R.
   const TeamPlan plan(d, m, run);
@@ -1082,7 +1087,7 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const
   const A* dy_top = ToTimeMajor<A>(d, scratch, run, D * Hr, output_backprop);
   const A* dhT = AsAcc<A>(d, scratch, output_h_backprop, LD * B * Hr);
   const A* dcT = lstm ? AsAcc<A>(d, scratch, output_c_backprop, LD * B * H) : nullptr;
-  const OperandMasks<A> masks = ConvertMasks<T, A>(d, scratch, m, run);
+  const OperandMasks<A> masks = ConvertMasks<T, A>(d, scratch, m, run, true);
 
   // Per direction (D parts each): the sweep buffers (SweepBuffers) and R's packed columns.
   const int64_t rows = T_ * B, max_in = std::max(m.input_size, D * Hr);

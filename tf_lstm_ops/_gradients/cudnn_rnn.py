@@ -73,7 +73,7 @@ def _cudnn_rnn_v3_grad(op, *grads):
 
 
 @tf.RegisterGradient(OP_NAMESPACE + "CudnnRNNV3Keras")
-def _cudnn_rnn_v3_activations_grad(op, *grads):
+def _cudnn_rnn_v3_keras_grad(op, *grads):
     return _cudnn_rnn_grad(op, grads, "CudnnRNNBackpropV3Keras", 3,
                            forward_op="CudnnRNNV3Keras")
 

@@ -157,11 +157,10 @@ def build_parser():
                               ",".join(map(str, STREAMING_SHAPE))))
     mode.add_argument("--configs", action="store_true",
                       help="time fwd and fwd+bwd of Keras' configurations beyond the defaults "
-                           "(a pre-padded mask, activation='relu', which our layers fuse; "
-                           "recurrent_dropout=0.2 while training and GRU(reset_after=False), "
-                           "which they run as Keras' loop), ours and keras.layers', beside our "
-                           "default layer (contenders %s unless --contenders is given; baseline "
-                           "%s)"
+                           "(a pre-padded mask, activation='relu', recurrent_dropout=0.2 while "
+                           "training, GRU(reset_after=False): all on our fused op), ours and "
+                           "keras.layers', beside our default layer (contenders %s unless "
+                           "--contenders is given; baseline %s)"
                            % (",".join(CONFIG_CONTENDERS), CONFIG_BASELINE))
     parser.add_argument("--baseline", metavar="KEY", choices=CONTENDER_KEYS,
                         help="contender the speedup column divides by (default ours_block for "

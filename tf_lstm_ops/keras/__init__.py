@@ -13,18 +13,19 @@
 Layers, one module per group (import them from here):
 
 - ``LSTM``, ``GRU``, ``SimpleRNN`` (module ``drop_in``): drop-in replacements for
-  ``keras.layers.LSTM``, ``keras.layers.GRU(reset_after=True)`` and ``keras.layers.SimpleRNN``.
-  They subclass Keras' layers and keep Keras' cell, so they have the same constructor arguments
-  and defaults, the same weight variables (``kernel``, ``recurrent_kernel``, ``bias``; GRU bias
-  ``[2, 3H]``), the same ``get_config`` and the same saved-weights structure:
-  ``ours.set_weights(theirs.get_weights())`` and ``ours.load_weights("keras_model.weights.h5")``
-  work. Every call runs one fused ``TfLstm>CudnnRNNV3`` op (forward and backward) on the sequence
-  instead of Keras' per-step loop; a call the kernel cannot serve (activations outside the fused
-  set of tanh, sigmoid, relu, hard_sigmoid, linear, elu, softsign, silu/swish and gelu,
-  ``recurrent_dropout`` while training, ``GRU(reset_after=False)``, ``use_cudnn=False``,
-  ``unroll=True``, XLA compilation) runs the Keras class's own implementation, with a warning.
-  Masks of any pattern run the fused op. Results, including the outputs at masked steps, equal
-  Keras'.
+  ``keras.layers.LSTM``, ``keras.layers.GRU`` and ``keras.layers.SimpleRNN``. They subclass
+  Keras' layers and keep Keras' cell, so they have the same constructor arguments and defaults,
+  the same weight variables (``kernel``, ``recurrent_kernel``, ``bias``; GRU bias ``[2, 3H]``,
+  ``[3H]`` with ``reset_after=False``), the same ``get_config`` and the same saved-weights
+  structure: ``ours.set_weights(theirs.get_weights())`` and
+  ``ours.load_weights("keras_model.weights.h5")`` work. Every call runs one fused op
+  (``TfLstm>CudnnRNNV3``, or ``TfLstm>CudnnRNNV3Keras`` for Keras' other cell options: the fused
+  activations, ``recurrent_dropout``, ``GRU(reset_after=False)``) forward and backward on the
+  sequence instead of Keras' per-step loop; a call the kernel cannot serve (activations outside
+  the fused set of tanh, sigmoid, relu, hard_sigmoid, linear, elu, softsign, silu/swish and gelu,
+  ``use_cudnn=False``, ``unroll=True``, XLA compilation) runs the Keras class's own
+  implementation, with a warning. Masks of any pattern run the fused op. Results, including the
+  outputs at masked steps, equal Keras'.
 - ``CudnnRNN`` (and ``CudnnLSTM``, ``CudnnGRU``; module ``cudnn_rnn``): the CudnnRNN op family as
   one multi-layer layer (``num_layers``, ``bidirectional``, ``dropout`` between layers,
   ``num_proj`` for LSTM) with an opaque ``params`` weight in cuDNN's canonical packing and

@@ -19,6 +19,7 @@ import keras
 import tensorflow as tf
 
 from tf_lstm_ops._fused_rnn import (
+    dropout_applies,
     keras_cell_attrs,
     keras_params,
     keras_rnn_loop,
@@ -158,7 +159,7 @@ class _FusedRNNMixin(_Keras3Only):
         gated = self._rnn_mode in ("lstm", "gru")
 
         def applies(rate):
-            return bool(training) and (0 < rate < 1 if gated else rate > 0)
+            return bool(training) and dropout_applies(rate, gated)
 
         input_masks = recurrent_masks = None
         if applies(cell.dropout):
@@ -333,7 +334,8 @@ class SimpleRNN(_FusedRNNMixin, keras.layers.SimpleRNN):
 
     Same arguments, defaults, weights (``kernel [I, H]``, ``recurrent_kernel [H, H]``,
     ``bias [H]``) and results as ``keras.layers.SimpleRNN``. Calls the kernel cannot serve
-    (an activation outside the fused set, ``unroll=True``) run ``keras.layers.SimpleRNN``'s own implementation, with a warning.
+    (an activation outside the fused set, ``unroll=True``) run ``keras.layers.SimpleRNN``'s own
+    implementation, with a warning.
     """
 
     _keras_class = keras.layers.SimpleRNN

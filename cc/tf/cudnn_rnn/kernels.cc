@@ -928,15 +928,15 @@ class CudnnParamsToKerasOp : public OpKernel {
       Name("TfLstm>CudnnParamsToKeras").Device(DEVICE_TYPE).TypeConstraint<T>("T"),            \
       CudnnParamsToKerasOp<DEVICE, T>);
 
-// CudnnRNNV3 with Keras' activations: ours alone, on every device; V3's kernels (the attrs are
-// read where present).
-#define TF_LSTM_REGISTER_RNN_WITH_ACTIVATIONS(DEVICE, DEVICE_TYPE, HOST, T)                      \
-  REGISTER_KERNEL_BUILDER(Name("TfLstm>CudnnRNNV3Keras")                             \
+// CudnnRNNV3 with Keras' cell options: ours alone, on every device; V3's kernels (the attrs and
+// the operand masks are read where present).
+#define TF_LSTM_REGISTER_RNN_KERAS(DEVICE, DEVICE_TYPE, HOST, T)                                 \
+  REGISTER_KERNEL_BUILDER(Name("TfLstm>CudnnRNNV3Keras")                                        \
                               .Device(DEVICE_TYPE)                                             \
                               .TypeConstraint<T>("T") HOST("sequence_lengths")                 \
                                   HOST("host_reserved"),                                       \
                           CudnnRNNForwardOp<DEVICE, T, 3>);                                    \
-  REGISTER_KERNEL_BUILDER(Name("TfLstm>CudnnRNNBackpropV3Keras")                     \
+  REGISTER_KERNEL_BUILDER(Name("TfLstm>CudnnRNNBackpropV3Keras")                                \
                               .Device(DEVICE_TYPE)                                             \
                               .TypeConstraint<T>("T") HOST("sequence_lengths")                 \
                                   HOST("host_reserved"),                                       \
@@ -953,7 +953,7 @@ class CudnnParamsToKerasOp : public OpKernel {
   REGISTER_KERNEL_BUILDER(                                                                  \
       Name("TfLstm>CudnnRNNDropoutKept").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
       CudnnRNNDropoutKeptOp<T>);                                                            \
-  TF_LSTM_REGISTER_RNN_WITH_ACTIVATIONS(CPUDevice, tensorflow::DEVICE_CPU, TF_LSTM_CPU_MEMORY, T)
+  TF_LSTM_REGISTER_RNN_KERAS(CPUDevice, tensorflow::DEVICE_CPU, TF_LSTM_CPU_MEMORY, T)
 
 TF_CALL_half(TF_LSTM_REGISTER_RNN_CPU);
 TF_CALL_bfloat16(TF_LSTM_REGISTER_RNN_CPU);
@@ -967,7 +967,7 @@ TF_CALL_double(TF_LSTM_REGISTER_RNN_CPU);
 #define TF_LSTM_REGISTER_RNN_GPU(T)                                                        \
   TF_LSTM_REGISTER_RNN("TfLstm>", GpuDevice, tensorflow::DEVICE_GPU, TF_LSTM_HOST_MEMORY, T) \
   TF_LSTM_REGISTER_KERAS_PARAMS(GpuDevice, tensorflow::DEVICE_GPU, T)                         \
-  TF_LSTM_REGISTER_RNN_WITH_ACTIVATIONS(GpuDevice, tensorflow::DEVICE_GPU, TF_LSTM_HOST_MEMORY, T)
+  TF_LSTM_REGISTER_RNN_KERAS(GpuDevice, tensorflow::DEVICE_GPU, TF_LSTM_HOST_MEMORY, T)
 
 TF_CALL_half(TF_LSTM_REGISTER_RNN_GPU);
 TF_CALL_bfloat16(TF_LSTM_REGISTER_RNN_GPU);
@@ -980,6 +980,6 @@ TF_CALL_double(TF_LSTM_REGISTER_RNN_GPU);
 #undef TF_LSTM_CPU_MEMORY
 #undef TF_LSTM_REGISTER_RNN
 #undef TF_LSTM_REGISTER_KERAS_PARAMS
-#undef TF_LSTM_REGISTER_RNN_WITH_ACTIVATIONS
+#undef TF_LSTM_REGISTER_RNN_KERAS
 
 }  // namespace tf_lstm_ops

@@ -194,7 +194,7 @@ REGISTER_OP("TfLstm>CudnnRNNBackpropV3")
 // gates (LSTM, GRU); "" is cuDNN's (tanh / sigmoid; relu for rnn_relu). `reset_after` false: a
 // GRU resetting before its recurrent product (§4.8; Keras' GRU(reset_after=False)). Everything
 // else is V3's. TF's CudnnRNNV3 keeps its signature; the Keras layers run these.
-#define TF_LSTM_RNN_ACTIVATION_ATTRS \
+#define TF_LSTM_RNN_KERAS_CELL_ATTRS \
   .Attr("activation: string = ''").Attr("recurrent_activation: string = ''") \
   .Attr("reset_after: bool = true")
 
@@ -207,13 +207,13 @@ REGISTER_OP("TfLstm>CudnnRNNV3Keras")
     TF_LSTM_RNN_V3_FORWARD_IO TF_LSTM_RNN_OPERAND_MASKS
     .Attr(kTypes) TF_LSTM_RNN_COMMON_ATTRS.Attr("num_proj: int = 0")
     .Attr("is_training: bool = true")
-    .Attr("time_major: bool = true") TF_LSTM_RNN_ACTIVATION_ATTRS
+    .Attr("time_major: bool = true") TF_LSTM_RNN_KERAS_CELL_ATTRS
     .SetShapeFn([](InferenceContext* c) { return ForwardShape(c, true); });
 
 REGISTER_OP("TfLstm>CudnnRNNBackpropV3Keras")
     TF_LSTM_RNN_V3_BACKPROP_IO TF_LSTM_RNN_OPERAND_MASKS
     .Attr(kTypes) TF_LSTM_RNN_COMMON_ATTRS.Attr("num_proj: int = 0")
-    .Attr("time_major: bool = true") TF_LSTM_RNN_ACTIVATION_ATTRS
+    .Attr("time_major: bool = true") TF_LSTM_RNN_KERAS_CELL_ATTRS
     .SetShapeFn(BackpropShape);
 
 // CudnnRNNDropoutKept (ours alone): which elements of the inputs of layers 1..L-1 the training
@@ -229,7 +229,7 @@ REGISTER_OP("TfLstm>CudnnRNNDropoutKept")
     .Input("reserve_space: T")
     .Output("kept: bool")
     .Attr(kTypes) TF_LSTM_RNN_COMMON_ATTRS.Attr("num_proj: int = 0")
-    .Attr("time_major: bool = true") TF_LSTM_RNN_ACTIVATION_ATTRS
+    .Attr("time_major: bool = true") TF_LSTM_RNN_KERAS_CELL_ATTRS
     .SetShapeFn([](InferenceContext* c) {
       ShapeHandle input, input_h, unused;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 3, &input));
