@@ -2,7 +2,7 @@
 
     python tests/fuzz_worker.py --seed 0 --first 0 --count 100000
 
-Case k of a seed is a pure function of (seed, k): a valid base configuration of one of eleven
+Case k of a seed is a pure function of (seed, k): a valid base configuration of one of thirteen
 ops (the gradient ops' inputs come from a real forward), then
 one mutation: none, valid-but-odd (zero sizes, empty batch, zero lengths, NaN/Inf values) or
 invalid (a wrong rank or size, an out-of-range length or count, an unknown attribute string, a
@@ -32,9 +32,11 @@ import tensorflow as tf  # noqa: E402
 from tensorflow.python.framework import op_def_registry  # noqa: E402
 
 import tf_lstm_ops  # noqa: E402
+from tf_lstm_ops._loader import library  # noqa: E402
 from tools.references import cudnn_rnn as R  # noqa: E402
 
 raw = tf_lstm_ops.raw
+PRIVATE = ("CudnnRNNV3Keras", "CudnnRNNBackpropV3Keras")  # ours alone, not in raw
 HUGE = 2 ** 40
 
 
@@ -77,6 +79,43 @@ def cudnn_case(rng, op):
     return kw, attrs
 
 
+def keras_case(rng, op):
+    """CudnnRNNV3Keras (or, from a real forward, its Backprop): mostly a model Keras describes
+    (one layer, one direction) with its operand masks, each present or not; Keras' activations;
+    GRU resetting before or after."""
+    mode = R.MODES[rng.integers(len(R.MODES))]
+    keras_shaped = rng.integers(4) > 0
+    L, D = (1, "unidirectional") if keras_shaped else (2, "bidirectional")
+    H, I, T, B = (int(v) for v in rng.integers(1, 4, 4))
+    acts = tuple(R.ACTIVATIONS)
+    attrs = dict(rnn_mode=mode, direction=D, activation=acts[rng.integers(len(acts))],
+                 recurrent_activation=(acts[rng.integers(len(acts))]
+                                       if mode in ("lstm", "gru") else ""),
+                 reset_after=mode != "gru" or bool(rng.integers(2)))
+    cfg = R.Cfg(mode, L, H, I, D)
+    inp = R.random_inputs(rng, cfg, T, B)
+    G, none = cfg.G, np.zeros([0], np.float32)
+    kw = dict(input=inp["input"].astype(np.float32), input_h=inp["input_h"].astype(np.float32),
+              input_c=(inp["input_c"].astype(np.float32) if cfg.is_lstm
+                       else np.zeros([], np.float32)),
+              params=inp["params"].astype(np.float32),
+              sequence_lengths=rng.integers(0, T + 1, B).astype(np.int32),
+              input_masks=none, recurrent_masks=none)
+    for name, width in (("input_masks", I), ("recurrent_masks", H)):
+        if keras_shaped and rng.integers(2):
+            kw[name] = ((rng.uniform(size=(G, B, width)) > 0.3) / 0.7).astype(np.float32)
+    if op == "CudnnRNNV3Keras":
+        attrs["is_training"] = bool(rng.integers(2))
+        return kw, attrs
+    out = library.op("CudnnRNNV3Keras")(**kw, **attrs)
+    f = lambda a: rng.uniform(-1, 1, np.shape(a)).astype(np.float32)  # noqa: E731
+    kw.update(output=out.output.numpy(), output_h=out.output_h.numpy(),
+              output_c=out.output_c.numpy(), output_backprop=f(out.output),
+              output_h_backprop=f(out.output_h), output_c_backprop=f(out.output_c),
+              reserve_space=out.reserve_space.numpy(), host_reserved=out.host_reserved.numpy())
+    return kw, attrs
+
+
 def grad_case(rng, op):
     """A gradient op's valid call: a real forward of its forward op, then its outputs and random
     incoming gradients."""
@@ -106,7 +145,8 @@ def grad_case(rng, op):
 OPS = {"LSTMBlockCell": block_case, "BlockLSTM": block_case, "BlockLSTMV2": block_case,
        "LSTMBlockCellGrad": grad_case, "BlockLSTMGrad": grad_case, "BlockLSTMGradV2": grad_case,
        "CudnnRNN": cudnn_case, "CudnnRNNV3": cudnn_case, "CudnnRNNBackpropV3": grad_case,
-       "CudnnRNNParamsSize": cudnn_case, "CudnnRNNParamsToCanonical": cudnn_case}
+       "CudnnRNNParamsSize": cudnn_case, "CudnnRNNParamsToCanonical": cudnn_case,
+       "CudnnRNNV3Keras": keras_case, "CudnnRNNBackpropV3Keras": keras_case}
 VALID, ODD, INVALID = "valid", "odd", "invalid"
 
 
@@ -137,7 +177,7 @@ def mutate(rng, kw, attrs):
         return ODD, "dim %d of %s = 0" % (axis, name), kw, attrs
     if choice == 4:  # NaN / Inf values: no crash, a result or an error
         v = v.copy()
-        if v.dtype.kind == "f":
+        if v.dtype.kind == "f" and v.size:
             v.flat[rng.integers(v.size)] = (np.nan, np.inf, -np.inf)[rng.integers(3)]
         kw[name] = v
         return ODD, "non-finite value in %s" % name, kw, attrs
@@ -151,7 +191,9 @@ def mutate(rng, kw, attrs):
         kw["sequence_lengths"] = lengths
         return INVALID, "sequence_lengths out of [0, T]", kw, attrs
     if choice == 7 and "rnn_mode" in attrs:
-        key = ("rnn_mode", "direction")[rng.integers(2)]
+        keys = [k for k in ("rnn_mode", "direction", "activation", "recurrent_activation")
+                if k in attrs]
+        key = keys[rng.integers(len(keys))]
         attrs[key] = "bogus"
         return INVALID, "%s = 'bogus'" % key, kw, attrs
     if choice == 8 and "reserve_space" in kw:
@@ -176,7 +218,7 @@ def make_case(seed, k):
 
 
 def run(op, kw, attrs, mode):
-    fn = getattr(raw, op)
+    fn = library.op(op) if op in PRIVATE else getattr(raw, op)
     tensors = {k: tf.constant(v) for k, v in kw.items()}
     if mode == "eager":
         out = fn(**tensors, **attrs)
