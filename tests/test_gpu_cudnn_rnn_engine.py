@@ -71,6 +71,9 @@ DETERMINISM_CASES = [
            dropout=0.5, seed=11),
     C.Case("gru", 1, 4, 3, time_major=False, lengths=C.VARLEN, input_masks=True,
            recurrent_masks=True),
+    C.Case("gru", 2, 4, 3, "bidirectional", lengths=C.VARLEN, reset_after=False),
+    C.Case("gru", 1, 4, 3, lengths=C.VARLEN, input_masks=True, recurrent_masks=True,
+           reset_after=False),
 ]
 
 
@@ -92,13 +95,13 @@ MASK_CASES = C.mask_cases()
 def test_mask_cases_cover_the_grid():
     masked = [c for c in CASES if c.masked]
     assert masked == MASK_CASES
-    seen = {(c.mode, c.input_masks, c.recurrent_masks, c.time_major, c.lengths is None)
-            for c in masked}
-    for mode in R.MODES:
+    seen = {(c.mode, c.reset_after, c.input_masks, c.recurrent_masks, c.time_major,
+             c.lengths is None) for c in masked}
+    for mode, reset_after in [(m, True) for m in R.MODES] + [("gru", False)]:
         for which in ((True, False), (False, True), (True, True)):
             for tm in (True, False):
                 for full in (True, False):
-                    assert (mode, *which, tm, full) in seen
+                    assert (mode, reset_after, *which, tm, full) in seen
     assert {c.mode for c in masked if c.activation} == set(R.MODES)
     assert all(c.num_layers == 1 and c.direction == "unidirectional" and not c.num_proj
                and not c.skip_input for c in masked)
@@ -142,6 +145,47 @@ def test_masks_only_for_keras_models(mod, change, mask):
         mod.rnn_forward_scratch_bytes("host", "float32", **kw, **{mask: 1})
 
 
+# ------------------------------------------------------------------------------------------------
+# the GRU resetting before (Keras' GRU(reset_after=False), docs/cudnn_rnn.md §4.8): its cases are
+# in CASES (C.reset_before_cases(); with operand masks in C.mask_cases()), checked against the
+# float64 reference above in every dtype; the persistent forward and the CPU op below take some
+# ------------------------------------------------------------------------------------------------
+
+def test_reset_before_cases_cover_the_grid():
+    rb = [c for c in CASES if not c.reset_after]
+    assert rb and all(c.mode == "gru" for c in rb)
+    plain = [c for c in rb if not c.masked]
+    seen = {(c.direction, c.num_layers, c.time_major, c.lengths is None) for c in plain}
+    for direction in ("unidirectional", "bidirectional"):
+        for layers in (1, 2):
+            for tm in (True, False):
+                for full in (True, False):
+                    assert (direction, layers, tm, full) in seen
+    assert any(c.skip_input for c in plain) and any(c.dropout_active for c in plain)
+    keras = [c for c in rb if c.activation or c.recurrent_activation]
+    assert any(c.num_layers == 2 and c.direction == "bidirectional" for c in keras)
+    assert any(c.masked for c in keras)
+
+
+@pytest.mark.parametrize("dtype", C.DTYPES)
+@pytest.mark.parametrize("masked", [False, True], ids=["unmasked", "masked"])
+def test_reset_after_enters_reserve_header(mod, alloc, rng, masked, dtype):
+    # a backward told reset_after=True on a reset-before forward's reserve space gets NaN
+    # (check_header_mismatch; test_reserve_header_mismatch_gives_nan does the converse)
+    case = (C.Case("gru", 1, 4, 3, lengths=C.VARLEN, input_masks=True, recurrent_masks=True,
+                   reset_after=False) if masked else
+            C.Case("gru", 2, 4, 3, "bidirectional", lengths=C.VARLEN, dropout=0.5,
+                   reset_after=False))
+    C.check_header_mismatch(mod, alloc, case, dtype, rng)
+
+
+def test_reset_before_only_for_gru(mod):
+    for mode in ("lstm", "rnn_relu", "rnn_tanh"):
+        kw = dict(C.Case(mode, 1, 4, 3).model_kwargs(), reset_after=False)
+        with pytest.raises(ValueError, match="reset_after"):
+            mod.rnn_forward_scratch_bytes("host", "float32", **kw)
+
+
 def test_scratch_sizes(mod):
     """The host backend reserves no cuBLAS workspace, the CUDA one 32 MiB more; sizes grow with
     the run and are 256-byte multiples."""
@@ -171,6 +215,11 @@ TF_CASES = [
     C.Case("gru", 2, 4, 3, "bidirectional", lengths=C.VARLEN),
     C.Case("rnn_relu", 2, 4, 4, "unidirectional", skip_input=True, lengths=(3, 4, 1)),
     C.Case("rnn_tanh", 2, 3, 2, "bidirectional", time_major=False),
+    # the GRU resetting before (CudnnRNNV3Keras), with Keras' activations and operand masks
+    C.Case("gru", 2, 4, 3, "bidirectional", time_major=False, lengths=C.VARLEN,
+           reset_after=False),
+    C.Case("gru", 1, 4, 3, lengths=C.VARLEN, activation="elu", recurrent_activation="softsign",
+           input_masks=True, recurrent_masks=True, reset_after=False),
 ]
 
 
@@ -183,10 +232,33 @@ def tf_ops():
     return tf
 
 
+def _keras_op(case):
+    """Whether the case needs the *Keras ops (Keras' cells or operand masks)."""
+    return (not case.reset_after or case.masked or case.activation
+            or case.recurrent_activation)
+
+
+def _plugin_op(name):  # (tf_lstm_ops.raw does not list the *Keras ops)
+    from tf_lstm_ops._loader import library
+
+    return library.op(name)
+
+
+def _tf_attrs(case):
+    attrs = R.tf_attrs(case.cfg, 3, case.time_major)
+    if _keras_op(case):
+        attrs.update(activation=case.activation, recurrent_activation=case.recurrent_activation,
+                     reset_after=case.reset_after)
+    return attrs
+
+
 def _tf_forward(case, inp, dtype):
     kw = R.tf_forward_inputs(case.cfg, inp, dtype, case.lengths, 3, case.time_major)
-    out = R.get_op("plugin", "CudnnRNNV3")(**kw, **R.tf_attrs(case.cfg, 3, case.time_major),
-                                           is_training=True)
+    if _keras_op(case):  # the masks as given, or [0] for none
+        kw.update({k: R.to_tf(inp[k] if getattr(case, k) else np.zeros([0]), dtype)
+                   for k in C.MASK_NAMES})
+    name = "CudnnRNNV3Keras" if _keras_op(case) else "CudnnRNNV3"
+    out = _plugin_op(name)(**kw, **_tf_attrs(case), is_training=True)
     return out, kw
 
 
@@ -197,8 +269,8 @@ def _tf_backprop(tf, case, kw, fwd, cot, reserve, dtype):
                 output_c_backprop=(R.to_tf(cot["dc"], dtype) if case.mode == "lstm"
                                    else tf.zeros([], R.tf_dtype(dtype))),
                 reserve_space=reserve, host_reserved=fwd.host_reserved)
-    return R.get_op("plugin", "CudnnRNNBackpropV3")(**args,
-                                                    **R.tf_attrs(case.cfg, 3, case.time_major))
+    name = "CudnnRNNBackpropV3Keras" if _keras_op(case) else "CudnnRNNBackpropV3"
+    return _plugin_op(name)(**args, **_tf_attrs(case))
 
 
 @pytest.mark.parametrize("case", TF_CASES, ids=[c.name for c in TF_CASES])
@@ -280,6 +352,18 @@ def _persistent_cases():
     cases.append(C.Case("gru", 1, 1, 2, "unidirectional", time=3, batch=1))  # one unit, one row
     cases.append(C.Case("rnn_tanh", 2, 4, 4, "bidirectional", skip_input=True, batch=2,
                         lengths=(4, 0)))
+    # the GRU resetting before: two phases a step (the candidate's dot products read every
+    # unit's r ⊙ h_operand), with Keras' activations and operand masks in some
+    for direction in ("unidirectional", "bidirectional"):
+        for layers in (1, 2):
+            cases.append(C.Case("gru", layers, 5, 3, direction, time=5, batch=4,
+                                time_major=layers == 1, lengths=(5, 0, 3, 1) if layers == 2
+                                else None, activation="softsign" if direction[0] == "b" else "",
+                                reset_after=False))
+    cases.append(C.Case("gru", 1, 5, 3, time=5, batch=4, lengths=(5, 0, 3, 1), input_masks=True,
+                        recurrent_masks=True, reset_after=False))
+    cases.append(C.Case("gru", 1, 7, 2, time=3, batch=16, recurrent_masks=True,
+                        lengths=tuple(k % 4 for k in range(16)), reset_after=False))
     # operand masks: h_prev ⊙ recurrent_masks[g] in the dot products
     for mode in R.MODES:
         cases.append(C.Case(mode, 1, 5, 3, time=5, batch=4, time_major=mode != "gru",

@@ -22,6 +22,9 @@
 // so the products touching a masked operand run one GEMM per gate on masked copies (forward,
 // dW, dR) or sum the gates' products through their masks (dL/dh_prev, dx); the persistent
 // forward masks h_prev as it multiplies.
+// A GRU resetting before (Keras' reset_after=False, docs/cudnn_rnn.md §4.8): a step's candidate
+// product reads r ⊙ h, so each step runs two products and two kernels, forward and backward (see
+// RnnEngine's HPrevGates), and the persistent forward two phases.
 // The two directions of a layer run one after the other on the one stream; they are independent
 // and could run on two streams (not done: it would need events and a second cuBLAS workspace).
 //
@@ -192,6 +195,69 @@ struct GruStepFn {
   }
 };
 
+// A GRU resetting before (docs/cudnn_rnn.md §4.8): a step is two kernels around the candidate's
+// product, which reads r ⊙ h_operand of every unit. Its saved gates (slots a_r, a_u, a_n, r ⊙
+// h_operand) are pre-activations even with cuDNN's activations (acts.act / acts.rec are tanh and
+// sigmoid then). h_operand is h_prev, times recurrent_masks[2] (the candidate's) when masked.
+inline constexpr int kCandidateGate = 2;     // n, in cuDNN's gate order r, u, n
+inline constexpr int kResetOperandSlot = 3;  // the saved gates' slot of r ⊙ h_operand
+template <typename A, typename T>
+TF_LSTM_HOST_DEVICE inline A CandidateMask(const T* masks, int64_t batch, int64_t H, int64_t i) {
+  return masks == nullptr ? A(1) : Cast<A>(masks[kCandidateGate * batch * H + i]);  // i = b*H + j
+}
+
+// First kernel, from the gates' products (rec's r and u columns): a_r, a_u and the candidate
+// product's operand r ⊙ h_operand into the saved gates. Rows past their length save zeros (the
+// operand included: the product of such a row is computed, never used).
+template <typename A, typename T, typename Math>
+struct GruResetGatesFn {
+  const A *xw, *rec, *bias_w, *bias_r, *h_prev;
+  A* saved;
+  const T* masks;  // recurrent_masks [3, B, H], or nullptr
+  const int32_t* len;
+  int64_t t, H, batch;
+  ActivationChoice acts;
+  TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
+    const int64_t b = i / H, j = i % H, G = 3 * H;
+    A* s = saved + b * kSavedGates * H;
+    if (t >= len[b]) {
+      for (int g = 0; g < kSavedGates; ++g) s[g * H + j] = A(0);
+      return;
+    }
+    const A* gx = xw + b * G;
+    const A* gh = rec + b * G;
+    const A a_r = XSide(gx, bias_w, 0, H, j) + XSide(gh, bias_r, 0, H, j);
+    s[j] = a_r;
+    s[H + j] = XSide(gx, bias_w, 1, H, j) + XSide(gh, bias_r, 1, H, j);
+    s[kResetOperandSlot * H + j] = GruResetOperand(
+        Activate<A, Math>(acts.rec, a_r),
+        MaskedOperand(h_prev[i], CandidateMask<A>(masks, batch, H, i)));
+  }
+};
+
+// Second kernel, from the candidate's product (rec's n columns): a_n and h. Rows past their
+// length hold their state (their saved gates are the first kernel's zeros).
+template <typename A, typename Math>
+struct GruResetCandidateFn {
+  const A *xw, *rec, *bias_w, *bias_r, *h_prev;
+  A *h_out, *saved;
+  const int32_t* len;
+  int64_t t, H;
+  ActivationChoice acts;
+  TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
+    const int64_t b = i / H, j = i % H, G = 3 * H;
+    if (t >= len[b]) {
+      h_out[i] = h_prev[i];
+      return;
+    }
+    A* s = saved + b * kSavedGates * H;
+    const A a_n = XSide(xw + b * G, bias_w, 2, H, j) + XSide(rec + b * G, bias_r, 2, H, j);
+    s[2 * H + j] = a_n;
+    h_out[i] = GruAnyOutput(Activate<A, Math>(acts.rec, s[H + j]),
+                            Activate<A, Math>(acts.act, a_n), h_prev[i]);
+  }
+};
+
 // One plain RNN step (tanh or relu; Keras' activations: any, saving the pre-activation); Hr == H.
 template <typename A, typename Math>
 struct SimpleStepFn {
@@ -235,8 +301,9 @@ struct ProjSelectFn {
 // ---- forward, persistent (small batches) ------------------------------------------------------
 
 // The recurrence of one pseudo-layer without a projection (Hr == H) as one persistent launch:
-// phase `step` is one step; block k owns units [k*U, k*U + U) of every gate and keeps their rows
-// of R in shared memory for the whole sequence. Per step:
+// phase `step` is one step (a GRU resetting before: two, below); block k owns units
+// [k*U, k*U + U) of every gate and keeps their rows of R in shared memory for the whole sequence.
+// Per step:
 //   part 0  stage h_prev [B, H] in shared memory (at step 0 also load the block's rows of R);
 //   part 1  the dot products R_row·h_prev[b] for every (row b, gate, unit), each split over S
 //           threads (k = s, s + S, ...; S fills the block when B·rows is small) into partial
@@ -250,6 +317,9 @@ struct ProjSelectFn {
 // [B*gates*U][S]. With round_h (RnnEngine::LoOperands) h_prev is staged rounded to the storage
 // type T, the operand the per-step path's 16-bit GEMM multiplies. With recurrent masks, part 1
 // multiplies h_prev ⊙ masks[g] instead (staged unrounded, rounded per product under round_h).
+// A GRU resetting before takes two phases a step: the gates r and u as above, then, behind the
+// grid barrier (its operand needs every unit's r), the candidate's dot products on r ⊙ h_operand
+// staged from the saved gates.
 template <typename T, typename A, typename Math>
 struct PersistentForwardFn {
   static constexpr int kParts = 4;
@@ -264,6 +334,14 @@ struct PersistentForwardFn {
   bool round_h;
   ActivationChoice acts;
   const T* masks;  // RnnRun's recurrent_masks [gates, B, H], or nullptr
+  bool reset_before;  // a GRU resetting before (RnnModel::gru_reset_before)
+
+  // Launch phases per step.
+  TF_LSTM_HOST_DEVICE int64_t PhasesPerStep() const { return reset_before ? 2 : 1; }
+  // Whether gate g's dot products run in the phase (`candidate`: a reset-before step's second).
+  TF_LSTM_HOST_DEVICE bool RunsGate(int64_t g, bool candidate) const {
+    return !reset_before || (g == kCandidateGate) == candidate;
+  }
 
   // The largest power of two up to kMaxSplits that gives every (output, split) its own thread.
   static int64_t Splits(int64_t outputs, int64_t threads) {
@@ -280,17 +358,21 @@ struct PersistentForwardFn {
   // A GEMM operand as LoOperands' 16-bit GEMM sees it.
   TF_LSTM_HOST_DEVICE static A Rounded(A v) { return Cast<A>(Cast<T>(v)); }
 
-  TF_LSTM_HOST_DEVICE void operator()(int block, int thread, int64_t step, int part,
+  TF_LSTM_HOST_DEVICE void operator()(int block, int thread, int64_t phase, int part,
                                       void* shared) const {
     const int64_t ld = H + 1, G = gates_per_unit * H, rows = gates_per_unit * units;
     const int64_t j0 = block * units;
     const int64_t units_here = H - j0 < units ? H - j0 : units;  // the last block may have fewer
+    const int64_t step = phase / PhasesPerStep(), t = TimeOf(dir, step, time);
+    const bool candidate = reset_before && phase % 2 == 1;
+    const T* gate_masks = candidate ? nullptr : masks;  // (r ⊙ h_operand is masked already)
     A* r_rows = static_cast<A*>(shared);
     A* h_shared = r_rows + rows * ld;
     A* partial = h_shared + batch * ld;
     const A* h_prev = step == 0 ? h0 : h + TimeOf(dir, step - 1, time) * batch * H;
+    A* saved = gates + t * batch * SavedGatesOf(mode) * H;
     if (part == 0) {
-      if (step == 0) {  // row g*U + u of the block is row g*H + j0 + u of R
+      if (phase == 0) {  // row g*U + u of the block is row g*H + j0 + u of R
         for (int64_t row = 0; row < rows; ++row) {
           const int64_t g = row / units, u = row % units;
           if (u >= units_here) continue;
@@ -299,22 +381,24 @@ struct PersistentForwardFn {
         }
       }
       for (int64_t b = 0; b < batch; ++b) {
+        const A* operand = candidate ? saved + (b * kSavedGates + kResetOperandSlot) * H
+                                     : h_prev + b * H;
         for (int64_t k = thread; k < H; k += threads) {
-          const A v = h_prev[b * H + k];
-          h_shared[b * ld + k] = round_h && masks == nullptr ? Rounded(v) : v;
+          const A v = operand[k];
+          h_shared[b * ld + k] = round_h && gate_masks == nullptr ? Rounded(v) : v;
         }
       }
     } else if (part == 1) {
       for (int64_t i = thread; i < batch * rows * splits; i += threads) {
         const int64_t o = i / splits, s = i % splits, row = o % rows, b = o / rows;
-        if (row % units >= units_here) continue;
+        if (row % units >= units_here || !RunsGate(row / units, candidate)) continue;
         const A* hb = h_shared + b * ld;
         const A* rr = r_rows + row * ld;
         A sum = A(0);
-        if (masks == nullptr) {
+        if (gate_masks == nullptr) {
           for (int64_t k = s; k < H; k += splits) sum += hb[k] * rr[k];
         } else {
-          const T* mb = masks + ((row / units) * batch + b) * H;
+          const T* mb = gate_masks + ((row / units) * batch + b) * H;
           for (int64_t k = s; k < H; k += splits) {
             const A v = MaskedOperand(hb[k], Cast<A>(mb[k]));
             sum += (round_h ? Rounded(v) : v) * rr[k];
@@ -325,16 +409,14 @@ struct PersistentForwardFn {
     } else if (part == 2) {
       for (int64_t o = thread; o < batch * rows; o += threads) {
         const int64_t b = o / rows, row = o % rows, g = row / units, u = row % units;
-        if (u >= units_here) continue;
+        if (u >= units_here || !RunsGate(g, candidate)) continue;
         A sum = partial[o * splits];
         for (int64_t s = 1; s < splits; ++s) sum += partial[o * splits + s];
         rec[b * G + g * H + j0 + u] = sum;
       }
     } else {
-      const int64_t t = TimeOf(dir, step, time);
       const A* xw_t = xw + t * batch * G;
       A* h_out = h + t * batch * H;
-      A* saved = gates + t * batch * SavedGatesOf(mode) * H;
       for (int64_t i = thread; i < batch * units_here; i += threads) {
         const int64_t at = (i / units_here) * H + j0 + i % units_here;  // b*H + j
         switch (mode) {
@@ -345,8 +427,16 @@ struct PersistentForwardFn {
             break;
           }
           case RnnMode::kGru:
-            GruStepFn<A, Math>{xw_t, rec, bias_w, bias_r, h_prev, h_out, saved, len, t, H,
-                               acts}(at);
+            if (candidate) {
+              GruResetCandidateFn<A, Math>{xw_t, rec, bias_w, bias_r, h_prev, h_out, saved,
+                                           len, t, H, acts}(at);
+            } else if (reset_before) {
+              GruResetGatesFn<A, T, Math>{xw_t, rec,   bias_w, bias_r, h_prev, saved,
+                                          masks, len,  t,      H,      batch,  acts}(at);
+            } else {
+              GruStepFn<A, Math>{xw_t, rec, bias_w, bias_r, h_prev, h_out, saved, len, t, H,
+                                 acts}(at);
+            }
             break;
           default:
             SimpleStepFn<A, Math>{xw_t, rec, bias_w, bias_r, h_prev, h_out, len, t, H,
@@ -505,7 +595,9 @@ struct LstmBackFn {
   }
 };
 
-// GRU backward step over [B, H] (Hr == H); carry.direct == direct (read, then rewritten).
+// GRU backward step over [B, H] (Hr == H); carry.direct == direct (read, then rewritten). A GRU
+// resetting before gets all but r's gate gradient (0 here; GruResetGateBackFn's, once the
+// candidate's product gives d(r ⊙ h)), and only dh·u in direct so far.
 template <typename A, typename Math>
 struct GruBackFn {
   Carry<A> carry;
@@ -515,6 +607,7 @@ struct GruBackFn {
   const int32_t* len;
   int64_t t, H, DHr;
   ActivationChoice acts{};
+  bool reset_before = false;
   TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
     const int64_t b = i / H, j = i % H;
     const bool active = t < len[b];
@@ -527,13 +620,44 @@ struct GruBackFn {
     }
     const A dh = v + dy_t[b * DHr + j];
     const A* s = saved + b * kSavedGates * H;
-    const GruGradients<A> g =
-        acts.custom ? GruAnyBackwardAt<A, Math>(acts.act, acts.rec, s, H, j, h_prev[i], dh)
-                    : GruBackward<A>(GruActivations<A>{s[j], s[H + j], s[2 * H + j],
-                                                       s[3 * H + j], A(0)},
-                                     h_prev[i], dh);
+    GruGradients<A> g;
+    if (reset_before) {
+      const A a_u = s[H + j], a_n = s[2 * H + j];
+      g = GruResetCandidateBackward(
+          Activate<A, Math>(acts.rec, a_u), Activate<A, Math>(acts.act, a_n),
+          ActivationSlope<A, Math>(acts.rec, a_u), ActivationSlope<A, Math>(acts.act, a_n),
+          h_prev[i], dh);
+    } else if (acts.custom) {
+      g = GruAnyBackwardAt<A, Math>(acts.act, acts.rec, s, H, j, h_prev[i], dh);
+    } else {
+      g = GruBackward<A>(GruActivations<A>{s[j], s[H + j], s[2 * H + j], s[3 * H + j], A(0)},
+                         h_prev[i], dh);
+    }
     StoreGruGateGradients(g, H, j, x_row, h_row);
     direct[i] = g.h_prev_direct;
+  }
+};
+
+// A GRU resetting before, after d(r ⊙ h_operand) = d_n·R_n (d_rh): r's gate gradient (both
+// sides) and h_prev's term through r ⊙ h_operand, added to direct.
+template <typename A, typename T, typename Math>
+struct GruResetGateBackFn {
+  const A *d_rh, *saved, *h_prev;  // d_rh [B, H]; saved, h_prev row t
+  const T* masks;                  // recurrent_masks [3, B, H], or nullptr
+  A *gx, *gh, *direct;             // gx, gh row t [B, 3H]; direct [B, H]
+  const int32_t* len;
+  int64_t t, H, batch;
+  ActivationChoice acts;
+  TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
+    const int64_t b = i / H, j = i % H;
+    if (t >= len[b]) return;  // (GruBackFn zeroed its gradients; its direct is not read)
+    const A a_r = saved[b * kSavedGates * H + j];
+    const A mask = CandidateMask<A>(masks, batch, H, i);
+    const GruResetGateGradients<A> g = GruResetGateBackward(
+        d_rh[i], Activate<A, Math>(acts.rec, a_r), ActivationSlope<A, Math>(acts.rec, a_r),
+        MaskedOperand(h_prev[i], mask), mask);
+    gx[b * 3 * H + j] = gh[b * 3 * H + j] = g.d_r;
+    direct[i] += g.h_prev_term;
   }
 };
 
@@ -638,31 +762,43 @@ inline P* Advance(P* p, int64_t k) {
 
 // ---- 16-bit GEMM operands (RnnEngine::LoOperands) ---------------------------------------------
 
-// A forward step functor over [B, H] (Hr == H), then the state it wrote rounded to T: the next
-// step's GEMM operand. Element i writes h[i] in every mode.
+// dst [rows, width] = the rows of src (row stride ld) rounded to T: a 16-bit GEMM's operand.
+template <typename A, typename T>
+struct RoundRowsFn {
+  const A* src;
+  T* dst;
+  int64_t width, ld;
+  TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
+    dst[i] = Cast<T>(src[(i / width) * ld + i % width]);
+  }
+};
+
+// A forward step functor over [B, H] (Hr == H), then what it wrote at element i of `round`'s
+// source rounded to T: a GEMM operand of this step or the next (h: every step functor writes
+// h[i]; r ⊙ h_operand: GruResetGatesFn writes it).
 template <typename Step, typename A, typename T>
 struct MirrorStateFn {
   Step step;
-  const A* h;  // [B, H]: the step's h_out
-  T* h_lo;     // [B, H]
+  RoundRowsFn<A, T> round;  // [B, H]
   TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
     step(i);
-    h_lo[i] = Cast<T>(h[i]);
+    round(i);
   }
 };
 
 // A backward step functor over [B, H], then the gate gradients it wrote (element b*H + j writes
-// [b, g*H + j] for every gate g) rounded to T; GRU's recurrent-side ones too (dgh != nullptr).
+// [b, g*H + j] for the gates g in [first, end)) rounded to T; cuDNN GRU's recurrent-side ones
+// too (dgh != nullptr).
 template <typename Back, typename A, typename T>
 struct MirrorGatesFn {
   Back back;
   const A *dgx, *dgh;  // row t [B, G]
   T *dgx_lo, *dgh_lo;  // row t [B, G]
-  int64_t H, gates;
+  int64_t H, gates, first, end;
   TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
     back(i);
     const int64_t b = i / H, j = i % H;
-    for (int64_t g = 0; g < gates; ++g) {
+    for (int64_t g = first; g < end; ++g) {
       const int64_t k = (b * gates + g) * H + j;
       dgx_lo[k] = Cast<T>(dgx[k]);
       if (dgh != nullptr) dgh_lo[k] = Cast<T>(dgh[k]);
@@ -681,8 +817,9 @@ struct RnnEngine {
 
   // With 16-bit storage the GEMMs take 16-bit operands and accumulate in float (tensor cores, as
   // cuDNN): params and layer 0's input as given; later layers' inputs, the recurrent h and the
-  // gate gradients rounded to T once (h and the gate gradients by the step kernels that write
-  // them, MirrorStateFn / MirrorGatesFn; inputs and h_prev_seq by a pass each). The
+  // gate gradients rounded to T once (h, a GRU resetting before's r ⊙ h and the gate gradients
+  // by the step kernels that write them, MirrorStateFn / MirrorGatesFn; inputs, h_prev_seq and
+  // the saved r ⊙ h for dR by a pass each). The
   // element-wise math, the saved states and the bias sums stay in float. Not with a projection
   // (fp32 GEMMs there), nor for rnn_relu: relu's derivative jumps at 0, so rounding operands
   // flips the gradient of elements whose pre-activation is near 0 by O(1) (seen on an H100 with
@@ -695,14 +832,8 @@ struct RnnEngine {
   static bool Layer0InputInA(const RnnModel& m) { return !LoOperands(m) || m.skips(0); }
 
   // Row-major C (A) = op(a)·op(b) (+ C) on the T operands a_lo, b_lo under `lo`, else on the
-  // A operands a, b: one GEMM shape, two operand precisions.
-  static cudaError_t OperandGemm(Backend& be, bool lo, bool trans_a, bool trans_b, int64_t m,
-                                 int64_t n, int64_t k, const A* a, const T* a_lo, const A* b,
-                                 const T* b_lo, bool accumulate, A* c) {
-    return OperandGemm(be, lo, trans_a, trans_b, m, n, k, a, a_lo, trans_a ? m : k, b, b_lo,
-                       trans_b ? k : n, accumulate, c, n);
-  }
-  // With leading dimensions: one gate's block of operands whose gates are strided.
+  // A operands a, b: one GEMM shape, two operand precisions (the leading dimensions are those of
+  // the pair it reads: blocks of gates, strided in their rows, are operands too).
   static cudaError_t OperandGemm(Backend& be, bool lo, bool trans_a, bool trans_b, int64_t m,
                                  int64_t n, int64_t k, const A* a, const T* a_lo, int64_t lda,
                                  const A* b, const T* b_lo, int64_t ldb, bool accumulate, A* c,
@@ -717,6 +848,38 @@ struct RnnEngine {
   // they multiply the masked copies, MaskedBuffer's T side).
   static bool LoRecurrentState(const RnnModel& m, const RnnRun& run) {
     return LoOperands(m) && run.recurrent_masks == nullptr;
+  }
+
+  // ---- GRU resetting before (docs/cudnn_rnn.md §4.8) ------------------------------------------
+  // Its candidate's recurrent product reads r ⊙ h_operand (the saved gates' kResetOperandSlot),
+  // not h_prev: a step runs the gates' product (r, u), GruResetGatesFn, the candidate's product,
+  // GruResetCandidateFn; backward GruBackFn, d(r ⊙ h) = d_n·R_n, GruResetGateBackFn, then the
+  // gates' dL/dh_prev; dR_n reads the saved r ⊙ h_operand.
+
+  // The gates whose recurrent product reads h_prev: the first ones (r and u come before n).
+  static int64_t HPrevGates(const RnnModel& m) {
+    return m.gru_reset_before ? rnn_detail::kCandidateGate : m.gates();
+  }
+  // Whether the recurrent-side gate gradients differ from the input side's (a buffer of their
+  // own): only cuDNN's GRU's (its candidate's times r).
+  static bool SeparateRecurrentGrads(const RnnModel& m) {
+    return m.mode == RnnMode::kGru && !m.gru_reset_before;
+  }
+  // The candidate product's operand r ⊙ h_operand: in the saved gates (A, rows of
+  // kSavedGates·H), or under lo a T copy ([rows, H]); ResetOperandLd is the row stride of the one
+  // OperandGemm reads.
+  static const A* ResetOperand(const A* saved, const RnnModel& m) {
+    return saved + rnn_detail::kResetOperandSlot * m.num_units;
+  }
+  static int64_t ResetOperandLd(const RnnModel& m, bool lo) {
+    return lo ? m.num_units : kSavedGates * m.num_units;
+  }
+  // Where the candidate's block starts: its first column in a gate row, its offset in R.
+  static int64_t CandidateColumn(const RnnModel& m) {
+    return rnn_detail::kCandidateGate * m.num_units;
+  }
+  static int64_t CandidateOffsetInR(const RnnModel& m) {
+    return CandidateColumn(m) * m.output_width();
   }
 
   // ---- scratch -------------------------------------------------------------------------------
@@ -742,6 +905,7 @@ struct RnnEngine {
                               // when !Layer0InputInA)
     A *xw, *rec, *y, *m_buf, *proj_buf;
     T *x_lo, *h_lo;  // LoOperands: a layer's input [T·B, width]; h of the last two steps
+    T* reset_operand_lo;  // LoOperands, GRU resetting before: a step's r ⊙ h_operand [B, H]
     MaskedBuffer masked;  // operand masks: x ⊙ input_masks[g] (a gate at a time), then
                           // h_prev ⊙ recurrent_masks (every gate)
     int32_t* len;
@@ -770,6 +934,7 @@ struct RnnEngine {
     const bool lo = LoOperands(m);
     f.x_lo = s.Take<T>(lo ? rows * std::max(m.input_size, m.num_dirs * Hr) : 0);
     f.h_lo = s.Take<T>(LoRecurrentState(m, run) ? 2 * B * H : 0);
+    f.reset_operand_lo = s.Take<T>(lo && m.gru_reset_before ? B * H : 0);
     f.masked = TakeMasked(&s, lo, std::max(run.input_masks ? rows * m.input_size : 0,
                                            run.recurrent_masks ? m.gates() * B * Hr : 0));
     *bytes = s.Bytes();
@@ -781,8 +946,10 @@ struct RnnEngine {
     A *params, *x, *h0, *c0, *dy, *dhT, *dcT;
     A *dparams, *dgx, *dgh, *dh_total, *m_seq, *dm, *carry, *direct, *h_prev_seq;
     A *dx[2], *dh, *dc, *ones;
-    // LoOperands: T copies of a layer's input, dgx, dgh (== dgx_lo except for GRU), h_prev_seq
-    T *x_lo, *dgx_lo, *dgh_lo, *h_prev_lo;
+    A* reset_operand_grad;  // GRU resetting before: a step's d(r ⊙ h_operand) [B, H]
+    // LoOperands: T copies of a layer's input, dgx, dgh (== dgx_lo unless
+    // SeparateRecurrentGrads), h_prev_seq, and a GRU resetting before's saved r ⊙ h_operand
+    T *x_lo, *dgx_lo, *dgh_lo, *h_prev_lo, *reset_operand_lo;
     // Operand masks: x or h_prev masked for one gate (dW, dR), and the per-gate products whose
     // masked sum is a masked operand's gradient (dL/dh_prev: every gate; dx: a gate at a time).
     MaskedBuffer masked;
@@ -797,6 +964,7 @@ struct RnnEngine {
     const int64_t T_ = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
     const int64_t LD = m.num_pseudo_layers(), rows = T_ * B, G = m.gate_width();
     const bool lstm = m.mode == RnnMode::kLstm, gru = m.mode == RnnMode::kGru;
+    const bool separate = SeparateRecurrentGrads(m);
     const bool direct_x = kSame && run.time_major;
     b.blas = s.TakeBytes(Backend::kBlasWorkspaceBytes);
     b.flag = s.Take<int32_t>(1);
@@ -810,7 +978,7 @@ struct RnnEngine {
     b.dcT = s.Take<A>(kSame || !lstm ? 0 : LD * B * H);
     b.dparams = s.Take<A>(kSame ? 0 : CheckedParamsSize(m));
     b.dgx = s.Take<A>(rows * G);
-    b.dgh = gru ? s.Take<A>(rows * G) : b.dgx;  // equal except for GRU
+    b.dgh = separate ? s.Take<A>(rows * G) : b.dgx;
     b.dh_total = s.Take<A>(m.has_proj() ? rows * Hr : 0);
     b.m_seq = s.Take<A>(m.has_proj() ? rows * H : 0);
     b.dm = s.Take<A>(m.has_proj() ? B * H : 0);
@@ -823,11 +991,13 @@ struct RnnEngine {
     b.dh = s.Take<A>(B * Hr);
     b.dc = s.Take<A>(lstm ? B * H : 0);
     b.ones = s.Take<A>(rows);
+    b.reset_operand_grad = s.Take<A>(m.gru_reset_before ? B * H : 0);
     const bool lo = LoOperands(m);
     b.x_lo = s.Take<T>(lo ? rows * max_in : 0);
     b.dgx_lo = s.Take<T>(lo ? rows * G : 0);
-    b.dgh_lo = gru ? s.Take<T>(lo ? rows * G : 0) : b.dgx_lo;
+    b.dgh_lo = separate ? s.Take<T>(lo ? rows * G : 0) : b.dgx_lo;
     b.h_prev_lo = s.Take<T>(LoRecurrentState(m, run) ? rows * Hr : 0);
+    b.reset_operand_lo = s.Take<T>(lo && m.gru_reset_before ? rows * H : 0);
     const int64_t x_masked = run.input_masks ? rows * m.input_size : 0;
     b.masked = TakeMasked(&s, lo, std::max(x_masked, run.recurrent_masks ? rows * Hr : 0));
     b.gate_products =
@@ -909,20 +1079,21 @@ struct RnnEngine {
     return be.ForEach(gates * n, MaskedOperandFn<A, A, T>{src, masks, dst.a, n, batch, width});
   }
 
-  // The gate pre-activations of an operand: out [rows, G] = src·matᵀ (mat [G, width]), or with
-  // masks, gate g's columns = (src ⊙ masks[g])·mat_gᵀ, masking `pass_gates` gates per pass into
-  // `masked` ([pass_gates, rows, width]).
+  // The pre-activations of the first `gates` gates from an operand: their columns of out
+  // [rows, G] = src·matᵀ (mat [G, width]), or with masks, gate g's columns =
+  // (src ⊙ masks[g])·mat_gᵀ, masking `pass_gates` gates per pass into `masked`
+  // ([pass_gates, rows, width]; pass_gates divides gates).
   static cudaError_t GateProducts(Backend& be, const RnnModel& m, bool lo, int64_t rows,
                                   int64_t width, int64_t batch, const A* src, const T* src_lo,
-                                  const T* masks, int64_t pass_gates,
+                                  const T* masks, int64_t gates, int64_t pass_gates,
                                   const MaskedBuffer& masked, const A* mat, const T* mat_lo,
                                   A* out) {
     const int64_t H = m.num_units, G = m.gate_width();
     if (masks == nullptr) {
-      return OperandGemm(be, lo, false, true, rows, G, width, src, src_lo, mat, mat_lo, false,
-                         out);
+      return OperandGemm(be, lo, false, true, rows, gates * H, width, src, src_lo, width, mat,
+                         mat_lo, width, false, out, G);
     }
-    for (int64_t g0 = 0; g0 < m.gates(); g0 += pass_gates) {
+    for (int64_t g0 = 0; g0 < gates; g0 += pass_gates) {
       TF_LSTM_GPU_RETURN_IF_ERROR(MaskOperand(be, src, src_lo, masks + g0 * batch * width,
                                               pass_gates, rows, width, batch, masked));
       for (int64_t g = g0; g < g0 + pass_gates; ++g) {
@@ -936,18 +1107,19 @@ struct RnnEngine {
     return cudaSuccess;
   }
 
-  // The gradient of an operand from the gate gradients dg [rows, G]: out (+)= dg·mat, or with
-  // masks Σ_g (dg_g·mat_g) ⊙ masks[g], `pass_gates` gates' products per pass in `products`.
+  // The gradient of an operand through the first `gates` gates from the gate gradients dg
+  // [rows, G]: out (+)= Σ_g dg_g·mat_g, or with masks Σ_g (dg_g·mat_g) ⊙ masks[g], `pass_gates`
+  // gates' products per pass in `products` (pass_gates divides gates).
   static cudaError_t OperandGrad(Backend& be, const RnnModel& m, bool lo, int64_t rows,
                                  int64_t width, int64_t batch, const A* dg, const T* dg_lo,
-                                 const A* mat, const T* mat_lo, const T* masks,
+                                 const A* mat, const T* mat_lo, const T* masks, int64_t gates,
                                  int64_t pass_gates, A* products, bool accumulate, A* out) {
     const int64_t H = m.num_units, G = m.gate_width(), n = rows * width;
     if (masks == nullptr) {
-      return OperandGemm(be, lo, false, false, rows, width, G, dg, dg_lo, mat, mat_lo,
-                         accumulate, out);
+      return OperandGemm(be, lo, false, false, rows, width, gates * H, dg, dg_lo, G, mat, mat_lo,
+                         width, accumulate, out, width);
     }
-    for (int64_t g0 = 0; g0 < m.gates(); g0 += pass_gates) {
+    for (int64_t g0 = 0; g0 < gates; g0 += pass_gates) {
       for (int64_t g = g0; g < g0 + pass_gates; ++g) {
         TF_LSTM_GPU_RETURN_IF_ERROR(OperandGemm(
             be, lo, false, false, rows, width, H, dg + g * H, rnn_detail::Advance(dg_lo, g * H),
@@ -962,18 +1134,19 @@ struct RnnEngine {
     return cudaSuccess;
   }
 
-  // A weight matrix's gradient [G, width] = dgᵀ·src over every row, or with masks gate g's
-  // rows = dg_gᵀ·(src ⊙ masks[g]), one gate's masked copy at a time in `masked`.
+  // The first `gates` gates' rows of a weight matrix's gradient [G, width]: dgᵀ·src over every
+  // row, or with masks gate g's rows = dg_gᵀ·(src ⊙ masks[g]), one gate's masked copy at a time
+  // in `masked`.
   static cudaError_t WeightGrad(Backend& be, const RnnModel& m, bool lo, int64_t rows,
                                 int64_t width, int64_t batch, const A* dg, const T* dg_lo,
-                                const A* src, const T* src_lo, const T* masks,
+                                const A* src, const T* src_lo, const T* masks, int64_t gates,
                                 const MaskedBuffer& masked, A* dweight) {
     const int64_t H = m.num_units, G = m.gate_width();
     if (masks == nullptr) {
-      return OperandGemm(be, lo, true, false, G, width, rows, dg, dg_lo, src, src_lo, false,
-                         dweight);
+      return OperandGemm(be, lo, true, false, gates * H, width, rows, dg, dg_lo, G, src, src_lo,
+                         width, false, dweight, width);
     }
-    for (int64_t g = 0; g < m.gates(); ++g) {
+    for (int64_t g = 0; g < gates; ++g) {
       TF_LSTM_GPU_RETURN_IF_ERROR(MaskOperand(be, src, src_lo, masks + g * batch * width, 1,
                                               rows, width, batch, masked));
       TF_LSTM_GPU_RETURN_IF_ERROR(OperandGemm(be, lo, true, false, H, width, rows, dg + g * H,
@@ -1055,9 +1228,10 @@ struct RnnEngine {
                           pl.c0,     pl.h,      pl.c,        pl.gates,  f.rec,
                           len,       run.time,  run.batch,   m.num_units, pl.dir,
                           m.gates(), plan.units_per_block, kPersistentThreads, m.mode, splits,
-                          LoOperands(m), m.activations(), RecurrentMasks(run)};
-    return be.Persistent(plan.blocks, kPersistentThreads, plan.shared_bytes, run.time,
-                         PersistentFn::kParts, fn);
+                          LoOperands(m), m.activations(), RecurrentMasks(run),
+                          m.gru_reset_before};
+    return be.Persistent(plan.blocks, kPersistentThreads, plan.shared_bytes,
+                         run.time * fn.PhasesPerStep(), PersistentFn::kParts, fn);
   }
 
   // ---- forward -------------------------------------------------------------------------------
@@ -1065,7 +1239,9 @@ struct RnnEngine {
   // The recurrence of ForwardLayer, a GEMM (R·h) and a fused element-wise kernel per step.
   // LoOperands: the GEMM multiplies R and h in T (params, and input_h at step 0); each step's
   // kernel also writes its h in T (f.h_lo, two alternating rows) for the next step's GEMM.
-  // Recurrent masks: one kernel masks h_prev for every gate, then a GEMM per gate.
+  // Recurrent masks: one kernel masks h_prev for every gate, then a GEMM per gate. A GRU
+  // resetting before: the gates' product and kernel, then the candidate's (its operand in T in
+  // f.reset_operand_lo under lo).
   static cudaError_t ForwardRecurrencePerStep(Backend& be, const RnnModel& m, const RnnRun& run,
                                               const Layer& pl, const int32_t* len,
                                               const ForwardBuffers& f, const T* params,
@@ -1087,16 +1263,22 @@ struct RnnEngine {
                                 : nullptr;
       T* h_lo = lo_h ? f.h_lo + (step & 1) * B * H : nullptr;
       TF_LSTM_GPU_RETURN_IF_ERROR(GateProducts(be, m, lo, B, Hr, B, h_prev, h_prev_lo,
-                                               RecurrentMasks(run), m.gates(), f.masked, pl.r,
+                                               RecurrentMasks(run), HPrevGates(m),
+                                               HPrevGates(m), f.masked, pl.r,
                                                params + pl.reg.r, f.rec));
-      // The step's kernel, mirroring its h into h_lo under lo_h.
-      auto launch = [&](const auto& fn) {
+      // A kernel of the step, then (where dst is given) the [B, H] rows it wrote at src, of
+      // row stride ld, rounded into dst.
+      auto launch_mirroring = [&](const auto& fn, const A* src, int64_t ld, T* dst) {
         using Fn = std::decay_t<decltype(fn)>;
         if constexpr (!kSame) {
-          if (lo_h) return be.ForEach(B * H, MirrorStateFn<Fn, A, T>{fn, h_out, h_lo});
+          if (dst != nullptr) {
+            return be.ForEach(B * H, MirrorStateFn<Fn, A, T>{fn, {src, dst, H, ld}});
+          }
         }
         return be.ForEach(B * H, fn);
       };
+      // The step's kernel, mirroring its h into h_lo under lo_h.
+      auto launch = [&](const auto& fn) { return launch_mirroring(fn, h_out, H, h_lo); };
       switch (m.mode) {
         case RnnMode::kLstm: {
           A* m_out = m.has_proj() ? f.m_buf : h_out;
@@ -1116,9 +1298,25 @@ struct RnnEngine {
           break;
         }
         case RnnMode::kGru:
-          TF_LSTM_GPU_RETURN_IF_ERROR(launch(GruStepFn<A, Math>{
-              xw_t, f.rec, pl.bias_w, pl.bias_r, h_prev, h_out, saved, len, t, H,
-              m.activations()}));
+          if (m.gru_reset_before) {
+            const int64_t r_n = CandidateOffsetInR(m);
+            TF_LSTM_GPU_RETURN_IF_ERROR(launch_mirroring(
+                GruResetGatesFn<A, T, Math>{xw_t, f.rec, pl.bias_w, pl.bias_r, h_prev, saved,
+                                            RecurrentMasks(run), len, t, H, B, m.activations()},
+                ResetOperand(saved, m), kSavedGates * H, lo ? f.reset_operand_lo : nullptr));
+            TF_LSTM_GPU_RETURN_IF_ERROR(OperandGemm(
+                be, lo, false, true, B, H, H, ResetOperand(saved, m), f.reset_operand_lo,
+                ResetOperandLd(m, lo), pl.r + r_n, params + pl.reg.r + r_n, H, false,
+                f.rec + CandidateColumn(m), G));
+            TF_LSTM_GPU_RETURN_IF_ERROR(
+                launch(GruResetCandidateFn<A, Math>{xw_t, f.rec, pl.bias_w, pl.bias_r, h_prev,
+                                                    h_out, saved, len, t, H,
+                                                    m.activations()}));
+          } else {
+            TF_LSTM_GPU_RETURN_IF_ERROR(launch(GruStepFn<A, Math>{
+                xw_t, f.rec, pl.bias_w, pl.bias_r, h_prev, h_out, saved, len, t, H,
+                m.activations()}));
+          }
           break;
         default:
           TF_LSTM_GPU_RETURN_IF_ERROR(launch(SimpleStepFn<A, Math>{
@@ -1143,8 +1341,8 @@ struct RnnEngine {
     // masks one per gate, masking x a gate at a time (a copy of x per gate, not of all gates).
     if (!m.skips(pl.layer)) {
       TF_LSTM_GPU_RETURN_IF_ERROR(GateProducts(be, m, lo, rows, pl.in_width, B, x, x_lo,
-                                               InputMasks(run), 1, f.masked, pl.w,
-                                               params + pl.reg.w, f.xw));
+                                               InputMasks(run), m.gates(), 1, f.masked,
+                                               pl.w, params + pl.reg.w, f.xw));
     } else {
       TF_LSTM_GPU_RETURN_IF_ERROR(be.ForEach(rows * G, SkipProjectionFn<A>{x, f.xw, H, G}));
     }
@@ -1267,18 +1465,22 @@ struct RnnEngine {
       const A* dy_t = dy + t * B * DHr + pl.dir * Hr;
       A* dgx_t = s.dgx + t * B * G;
       A* dgh_t = s.dgh + t * B * G;
-      // The step's kernel, mirroring its gate gradients into T when lo.
-      auto launch = [&](const auto& fn) {
+      // A kernel of the step, mirroring the gate gradients it wrote (gates [first, end)) into T
+      // when lo.
+      auto launch_gates = [&](const auto& fn, int64_t first, int64_t end) {
         using Fn = std::decay_t<decltype(fn)>;
         if constexpr (!kSame) {
           if (lo) {
-            return be.ForEach(B * H, MirrorGatesFn<Fn, A, T>{fn, dgx_t, gru ? dgh_t : nullptr,
-                                                             s.dgx_lo + t * B * G,
-                                                             s.dgh_lo + t * B * G, H, m.gates()});
+            return be.ForEach(
+                B * H, MirrorGatesFn<Fn, A, T>{fn, dgx_t,
+                                               SeparateRecurrentGrads(m) ? dgh_t : nullptr,
+                                               s.dgx_lo + t * B * G, s.dgh_lo + t * B * G, H,
+                                               m.gates(), first, end});
           }
         }
         return be.ForEach(B * H, fn);
       };
+      auto launch = [&](const auto& fn) { return launch_gates(fn, 0, m.gates()); };
       if (lstm) {
         const A* dm = nullptr;
         A* m_seq = nullptr;
@@ -1295,22 +1497,37 @@ struct RnnEngine {
                                        pl.c + t * B * H, pl.c_before(step, T_, B), s.dc,
                                        dgx_t, m_seq, len, t, H, DHr, m.activations()}));
       } else if (gru) {
-        TF_LSTM_GPU_RETURN_IF_ERROR(
-            launch(GruBackFn<A, Math>{carry, dy_t, pl.gates + t * B * kSavedGates * H,
-                                      s.h_prev_seq + t * B * Hr, dgx_t, dgh_t, s.direct, len, t,
-                                      H, DHr, m.activations()}));
+        const A* saved = pl.gates + t * B * kSavedGates * H;
+        const A* h_prev = s.h_prev_seq + t * B * Hr;
+        // (resetting before, r's gate gradient comes after the candidate's product, below)
+        TF_LSTM_GPU_RETURN_IF_ERROR(launch_gates(
+            GruBackFn<A, Math>{carry, dy_t, saved, h_prev, dgx_t, dgh_t, s.direct, len, t, H,
+                               DHr, m.activations(), m.gru_reset_before},
+            m.gru_reset_before ? 1 : 0, m.gates()));
+        if (m.gru_reset_before) {  // d(r ⊙ h_operand) = d_n·R_n, then r's gate gradient
+          const int64_t n_col = CandidateColumn(m), r_n = CandidateOffsetInR(m);
+          TF_LSTM_GPU_RETURN_IF_ERROR(OperandGemm(
+              be, lo, false, false, B, H, H, dgh_t + n_col, Advance(s.dgh_lo, t * B * G + n_col),
+              G, pl.r + r_n, params + pl.reg.r + r_n, H, false, s.reset_operand_grad, H));
+          TF_LSTM_GPU_RETURN_IF_ERROR(launch_gates(
+              GruResetGateBackFn<A, T, Math>{s.reset_operand_grad, saved, h_prev,
+                                             RecurrentMasks(run), dgx_t, dgh_t, s.direct, len,
+                                             t, H, B, m.activations()},
+              0, 1));
+        }
       } else {
         TF_LSTM_GPU_RETURN_IF_ERROR(launch(SimpleBackFn<A, Math>{
             carry, dy_t, pl.h + t * B * Hr, dgx_t, len, t, H, DHr, relu,
             m.custom_activations ? pl.gates + t * B * H : nullptr,
             m.activations()}));
       }
-      // R^T through the recurrent-side gate gradients (and the recurrent masks): the next
-      // step's carried gradient.
+      // R^T through the recurrent-side gate gradients of the gates reading h_prev (and the
+      // recurrent masks): the next step's carried gradient.
       TF_LSTM_GPU_RETURN_IF_ERROR(OperandGrad(be, m, lo, B, Hr, B, dgh_t,
                                               Advance(s.dgh_lo, t * B * G), pl.r,
-                                              params + pl.reg.r, RecurrentMasks(run), m.gates(),
-                                              s.gate_products, false, s.carry));
+                                              params + pl.reg.r, RecurrentMasks(run),
+                                              HPrevGates(m), HPrevGates(m), s.gate_products,
+                                              false, s.carry));
     }
     // The gradient left after the first step is input_h_backprop; dc likewise.
     const Carry<A> last{s.dh, s.carry, s.direct, TimeOf(pl.dir, 0, T_), true};
@@ -1323,18 +1540,30 @@ struct RnnEngine {
     // Whole-sequence products (with masks, on the masked operands; dx a gate at a time).
     if (!m.skips(pl.layer)) {
       TF_LSTM_GPU_RETURN_IF_ERROR(WeightGrad(be, m, lo, rows, pl.in_width, B, s.dgx, s.dgx_lo, x,
-                                             x_lo, InputMasks(run), s.masked,
+                                             x_lo, InputMasks(run), m.gates(), s.masked,
                                              dparams + pl.reg.w));
       TF_LSTM_GPU_RETURN_IF_ERROR(OperandGrad(be, m, lo, rows, pl.in_width, B, s.dgx, s.dgx_lo,
-                                              pl.w, params + pl.reg.w, InputMasks(run), 1,
-                                              s.gate_products, pl.dir > 0, dx));
+                                              pl.w, params + pl.reg.w, InputMasks(run),
+                                              m.gates(), 1, s.gate_products, pl.dir > 0, dx));
     } else {  // skip input: x was added to every gate
       TF_LSTM_GPU_RETURN_IF_ERROR(be.ForEach(
           rows * H, SkipDxFn<A>{s.dgx, dx, H, G, m.gates(), pl.dir > 0}));
     }
     TF_LSTM_GPU_RETURN_IF_ERROR(WeightGrad(be, m, lo, rows, Hr, B, s.dgh, s.dgh_lo, s.h_prev_seq,
-                                           s.h_prev_lo, RecurrentMasks(run), s.masked,
-                                           dparams + pl.reg.r));
+                                           s.h_prev_lo, RecurrentMasks(run), HPrevGates(m),
+                                           s.masked, dparams + pl.reg.r));
+    if (m.gru_reset_before) {  // dR_n from the saved r ⊙ h_operand (rounded to T under lo)
+      const A* operand = ResetOperand(pl.gates, m);
+      if (lo) {
+        TF_LSTM_GPU_RETURN_IF_ERROR(be.ForEach(
+            rows * H, RoundRowsFn<A, T>{operand, s.reset_operand_lo, H, kSavedGates * H}));
+      }
+      const int64_t n_col = CandidateColumn(m);
+      TF_LSTM_GPU_RETURN_IF_ERROR(OperandGemm(
+          be, lo, true, false, H, H, rows, s.dgh + n_col, Advance(s.dgh_lo, n_col), G, operand,
+          s.reset_operand_lo, ResetOperandLd(m, lo), false,
+          dparams + pl.reg.r + CandidateOffsetInR(m), H));
+    }
     if (m.has_proj()) {
       TF_LSTM_GPU_RETURN_IF_ERROR(
           Gemm(be, true, false, Hr, H, rows, s.dh_total, s.m_seq, false, dparams + pl.reg.proj));

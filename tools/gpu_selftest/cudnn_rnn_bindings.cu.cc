@@ -8,7 +8,8 @@
 //   None: every length is time), activation and recurrent_activation (Keras' activations by the
 //   ops' attribute values; "" = cuDNN's), input_masks and recurrent_masks (RnnRun's operand
 //   masks [G, B, I] / [G, B, H] in the dtype, on the backend's memory, or 0 for none; the size
-//   and header functions only ask whether each is non-zero)
+//   and header functions only ask whether each is non-zero), reset_after (false: the GRU
+//   resetting before, Keras' GRU(reset_after=False); gru only)
 // and, where it matters, the dropout (rate, seed, call). Pointers are Python ints.
 #include <pybind11/stl.h>
 
@@ -39,8 +40,8 @@ struct RnnCall {
           int64_t num_proj, int64_t num_dirs, bool skip_input, int64_t time, int64_t batch,
           bool time_major, const std::optional<std::vector<int32_t>>& lens,
           const std::string& activation, const std::string& recurrent_activation,
-          uintptr_t input_masks, uintptr_t recurrent_masks, double rate = 0, uint64_t seed = 0,
-          uint64_t call = 0) {
+          uintptr_t input_masks, uintptr_t recurrent_masks, bool reset_after, double rate = 0,
+          uint64_t seed = 0, uint64_t call = 0) {
     RnnMode rnn_mode;
     if (mode == "lstm") {
       rnn_mode = RnnMode::kLstm;
@@ -58,6 +59,10 @@ struct RnnCall {
       throw py::value_error("unknown activation or recurrent_activation, or a recurrent one "
                             "for a plain RNN");
     }
+    if (!reset_after && rnn_mode != RnnMode::kGru) {
+      throw py::value_error("reset_after=False needs mode gru");
+    }
+    m.gru_reset_before = !reset_after;
     if (num_layers < 1 || num_units < 0 || input_size < 0 || (num_dirs != 1 && num_dirs != 2) ||
         time < 0 || batch < 0) {
       throw py::value_error("invalid RNN sizes");
@@ -106,16 +111,18 @@ struct RnnCall {
       int64_t num_proj, int64_t num_dirs, bool skip_input, int64_t time, int64_t batch,     \
       bool time_major, const std::optional<std::vector<int32_t>>&lengths,                   \
       const std::string &activation, const std::string &recurrent_activation,               \
-      uintptr_t input_masks, uintptr_t recurrent_masks
+      uintptr_t input_masks, uintptr_t recurrent_masks, bool reset_after
 #define TF_LSTM_RNN_MODEL_VALUES                                                             \
   mode, num_layers, num_units, input_size, num_proj, num_dirs, skip_input, time, batch,     \
-      time_major, lengths, activation, recurrent_activation, input_masks, recurrent_masks
+      time_major, lengths, activation, recurrent_activation, input_masks, recurrent_masks,  \
+      reset_after
 #define TF_LSTM_RNN_MODEL_PYARGS                                                             \
   py::arg("mode"), py::arg("num_layers"), py::arg("num_units"), py::arg("input_size"),     \
       py::arg("num_proj"), py::arg("num_dirs"), py::arg("skip_input"), py::arg("time"),     \
       py::arg("batch"), py::arg("time_major"), py::arg("lengths"),                          \
       py::arg("activation") = "", py::arg("recurrent_activation") = "",                     \
-      py::arg("input_masks") = 0, py::arg("recurrent_masks") = 0
+      py::arg("input_masks") = 0, py::arg("recurrent_masks") = 0,                           \
+      py::arg("reset_after") = true
 
 }  // namespace
 
@@ -125,7 +132,7 @@ void RegisterRnn(py::module_& mod) {
       [](const std::string& mode, int64_t num_layers, int64_t num_units, int64_t input_size,
          int64_t num_proj, int64_t num_dirs, bool skip_input) {
         const RnnCall c(mode, num_layers, num_units, input_size, num_proj, num_dirs, skip_input,
-                        0, 0, true, std::nullopt, "", "", 0, 0);
+                        0, 0, true, std::nullopt, "", "", 0, 0, true);
         return CheckedParamsSize(c.m);
       },
       py::arg("mode"), py::arg("num_layers"), py::arg("num_units"), py::arg("input_size"),

@@ -17,8 +17,8 @@ With --backend cuda (the default; needs nvcc, pybind11, NumPy and PyTorch with C
      stream:
        - the LSTM block-op and CudnnRNN engine suites (block_lstm_checks.py,
                                                        cudnn_rnn_checks.py; the latter with
-         Keras' operand masks too) against the float64 NumPy references
-         (tools/references/block_lstm.py, cudnn_rnn.py);
+         Keras' operand masks and the GRU resetting before too) against the float64 NumPy
+         references (tools/references/block_lstm.py, cudnn_rnn.py);
        - repeat runs bitwise equal;
        - the CudnnRNN engine against torch.nn.LSTM (also proj_size), GRU and RNN (tanh, relu):
          1-2 layers, uni-/bidirectional, time-/batch-major, fixed and variable lengths
@@ -368,6 +368,18 @@ LARGE_RNN_CASES = [
                           recurrent_masks=True),
     cudnn_rnn_checks.Case("gru", 1, 64, 33, time=10, batch=8, lengths=_lengths_with_empty(10, 8),
                           input_masks=True, recurrent_masks=True),
+    # the GRU resetting before (Keras' reset_after=False): per step (batch > 16), and persistent
+    # (two phases a step), with and without operand masks
+    cudnn_rnn_checks.Case("gru", 2, 64, 33, "bidirectional", time=10, batch=40,
+                          lengths=_lengths_with_empty(10, 40), reset_after=False),
+    cudnn_rnn_checks.Case("gru", 2, 48, 20, "bidirectional", time_major=False, time=9, batch=8,
+                          lengths=_lengths_with_empty(9, 8), activation="softsign",
+                          reset_after=False),
+    cudnn_rnn_checks.Case("gru", 1, 48, 20, time_major=False, time=9, batch=37,
+                          lengths=_lengths_with_empty(9, 37), input_masks=True,
+                          recurrent_masks=True, reset_after=False),
+    cudnn_rnn_checks.Case("gru", 1, 64, 33, time=10, batch=8, lengths=_lengths_with_empty(10, 8),
+                          input_masks=True, recurrent_masks=True, reset_after=False),
 ]
 
 
@@ -440,10 +452,14 @@ def group_rnn_reference(ctx):
                      lambda: cudnn_rnn_checks.check_empty(ctx.module, ctx.alloc, case, dtype, rng),
                      failures)
             n += 1
-        for mode in (("lstm", "gru") if ctx.quick else R.MODES):
-            case = cudnn_rnn_checks.Case(mode, 2, 4, 3, "bidirectional", 2 if mode == "lstm" else 0,
-                                   lengths=cudnn_rnn_checks.VARLEN,
-                                   dropout=0.5 if mode == "gru" else 0.0)
+        header_cases = [cudnn_rnn_checks.Case(mode, 2, 4, 3, "bidirectional",
+                                              2 if mode == "lstm" else 0,
+                                              lengths=cudnn_rnn_checks.VARLEN,
+                                              dropout=0.5 if mode == "gru" else 0.0)
+                        for mode in (("lstm", "gru") if ctx.quick else R.MODES)]
+        header_cases.append(cudnn_rnn_checks.Case("gru", 1, 4, 3, lengths=cudnn_rnn_checks.VARLEN,
+                                                  recurrent_masks=True, reset_after=False))
+        for case in header_cases:
             _rnn_try("%s %s (reserve header mismatch)" % (dtype, case.name),
                      lambda: cudnn_rnn_checks.check_header_mismatch(ctx.module, ctx.alloc, case,
                                                                     dtype,
@@ -470,7 +486,9 @@ def group_rnn_determinism(ctx):
                                    lengths=cudnn_rnn_checks.VARLEN),
              cudnn_rnn_checks.Case("lstm", 1, 5, 3, time_major=False,
                                    lengths=cudnn_rnn_checks.VARLEN, input_masks=True,
-                                   recurrent_masks=True)]
+                                   recurrent_masks=True),
+             cudnn_rnn_checks.Case("gru", 1, 5, 3, lengths=cudnn_rnn_checks.VARLEN,
+                                   recurrent_masks=True, reset_after=False)]
     if not ctx.quick:
         cases.append(cudnn_rnn_checks.Case("lstm", 2, 128, 64, "bidirectional", 32, time=16,
                                            batch=32,

@@ -17,23 +17,12 @@ using gpu_op::Dev;
 using gpu_op::StorageOf;
 using tensorflow::OpKernelContext;
 
-namespace {
-// The GPU engine has no GRU resetting before (docs/cudnn_rnn.md §4.8) yet: an error, never
-// cuDNN's GRU in its place.
-absl::Status ResetBeforeOnGpu() {
-  return absl::UnimplementedError(
-      "CudnnRNNV3Keras with reset_after=false (a GRU resetting before, Keras' "
-      "GRU(reset_after=False)) has no GPU kernel yet: place it on the CPU");
-}
-}  // namespace
-
 template <typename T>
 absl::Status CudnnRnnForward<GpuDevice, T>::operator()(
     OpKernelContext* ctx, const RnnModel& m, const RnnRun& run, const RnnDropout& dropout,
     const T* input, const T* input_h, const T* input_c, const T* params, T* output, T* output_h,
     T* output_c, uint8_t* workspace) {
   using D = StorageOf<T>;
-  if (m.gru_reset_before) return ResetBeforeOnGpu();
   return gpu_op::RunOnStream(
       ctx, "the forward pass", gpu::RnnForwardScratchBytes<D>(m, run, dropout),
       [&](cudaStream_t stream, void* scratch) {
@@ -50,7 +39,6 @@ absl::Status CudnnRnnBackward<GpuDevice, T>::operator()(
     const T* output_h_backprop, const T* output_c_backprop, const uint8_t* reserve,
     T* input_backprop, T* input_h_backprop, T* input_c_backprop, T* params_backprop) {
   using D = StorageOf<T>;
-  if (m.gru_reset_before) return ResetBeforeOnGpu();
   return gpu_op::RunOnStream(
       ctx, "the backward pass", gpu::RnnBackwardScratchBytes<D>(m, run),
       [&](cudaStream_t stream, void* scratch) {
