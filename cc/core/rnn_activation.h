@@ -125,6 +125,23 @@ TF_LSTM_HOST_DEVICE inline A ActivationSlope(RnnActivation k, A x) {
   return A(1);
 }
 
+// f'(x) given y = Activate(k, x): the same value as ActivationSlope, without evaluating f again
+// where the slope is a function of y (tanh, sigmoid, elu), so a backward that needs both pays
+// one transcendental per element.
+template <typename A, typename Math>
+TF_LSTM_HOST_DEVICE inline A ActivationSlopeGiven(RnnActivation k, A x, A y) {
+  switch (k) {
+    case RnnActivation::kTanh:
+      return A(1) - y * y;
+    case RnnActivation::kSigmoid:
+      return y * (A(1) - y);
+    case RnnActivation::kElu:
+      return x < A(0) ? y + A(1) : A(1);
+    default:
+      return ActivationSlope<A, Math>(k, x);
+  }
+}
+
 }  // namespace tf_lstm_ops
 
 #endif  // TF_LSTM_OPS_CC_CORE_RNN_ACTIVATION_H_

@@ -259,6 +259,16 @@ template <typename A, typename Math>
 void SlopeRow(RnnActivation k, const A* x, A* y, int64_t n) {
   ActivateRow<A, Math, true>(k, x, y, n);
 }
+// y[j] = f(x[j]) and s[j] = f'(x[j]) (ActivationSlopeGiven: f once where the slope follows
+// from it); y, s and x distinct.
+template <typename A, typename Math>
+void ValueAndSlopeRow(RnnActivation k, const A* x, A* y, A* s, int64_t n) {
+  WithActivation(k, [&](auto kind) {
+    constexpr RnnActivation K = decltype(kind)::value;
+    for (int64_t j = 0; j < n; ++j) y[j] = Activate<A, Math>(K, x[j]);
+    for (int64_t j = 0; j < n; ++j) s[j] = ActivationSlopeGiven<A, Math>(K, x[j], y[j]);
+  });
+}
 
 // This thread's buffer number kWhich of at least n elements (the team's threads live across
 // calls): 0 the element-wise pass's rows, 1 a masked operand, 2 a gate's product.
@@ -326,11 +336,9 @@ void BackwardRowAny(const RnnModel& m, int64_t n, const A* saved, const A* c_row
     A* co = s + 4 * n;
     A* sco = co + n;
     for (int g = 0; g < 4; ++g) {
-      ActivateRow<A, Math>(g == 2 ? act : rec, saved + g * H, v + g * n, n);
-      SlopeRow<A, Math>(g == 2 ? act : rec, saved + g * H, s + g * n, n);
+      ValueAndSlopeRow<A, Math>(g == 2 ? act : rec, saved + g * H, v + g * n, s + g * n, n);
     }
-    ActivateRow<A, Math>(act, c_row, co, n);
-    SlopeRow<A, Math>(act, c_row, sco, n);
+    ValueAndSlopeRow<A, Math>(act, c_row, co, sco, n);
     for (int64_t j = 0; j < n; ++j) {
       const CellGradients<A> g = LstmAnyBackward(
           v[j], v[n + j], v[2 * n + j], v[3 * n + j], s[j], s[n + j], s[2 * n + j],
@@ -341,8 +349,7 @@ void BackwardRowAny(const RnnModel& m, int64_t n, const A* saved, const A* c_row
     }
   } else if (m.mode == RnnMode::kGru) {
     for (int g = 0; g < 3; ++g) {
-      ActivateRow<A, Math>(g == 2 ? act : rec, saved + g * H, v + g * n, n);
-      SlopeRow<A, Math>(g == 2 ? act : rec, saved + g * H, s + g * n, n);
+      ValueAndSlopeRow<A, Math>(g == 2 ? act : rec, saved + g * H, v + g * n, s + g * n, n);
     }
     for (int64_t j = 0; j < n; ++j) {
       const GruGradients<A> g =
@@ -364,10 +371,8 @@ void BackwardRowResetCandidate(const RnnModel& m, int64_t n, const A* saved, con
                                const A* dh, A* gx, A* gh, A* direct) {
   const int64_t H = m.num_units;
   A* v = RowScratch<A>(4 * n);  // u, the candidate, their slopes
-  ActivateRow<A, Math>(m.recurrent_activation, saved + H, v, n);
-  ActivateRow<A, Math>(m.activation, saved + 2 * H, v + n, n);
-  SlopeRow<A, Math>(m.recurrent_activation, saved + H, v + 2 * n, n);
-  SlopeRow<A, Math>(m.activation, saved + 2 * H, v + 3 * n, n);
+  ValueAndSlopeRow<A, Math>(m.recurrent_activation, saved + H, v, v + 2 * n, n);
+  ValueAndSlopeRow<A, Math>(m.activation, saved + 2 * H, v + n, v + 3 * n, n);
   for (int64_t j = 0; j < n; ++j) {
     const GruGradients<A> g =
         GruResetCandidateBackward(v[j], v[n + j], v[2 * n + j], v[3 * n + j], h_in[j], dh[j]);
@@ -938,8 +943,7 @@ void BackwardResetGates(const PseudoLayer<A>& pl, const RnnRun& run,
   for (int64_t b = 0; b < B; ++b) {
     if (t >= len[b]) continue;
     const A* saved = pl.gates + (t * B + b) * kSavedGates * H + k0;
-    ActivateRow<A, Math>(m.recurrent_activation, saved, r, n);
-    SlopeRow<A, Math>(m.recurrent_activation, saved, sr, n);
+    ValueAndSlopeRow<A, Math>(m.recurrent_activation, saved, r, sr, n);
     A* gx = buf.dgx + (t * B + b) * G + k0;
     A* gh = buf.dgh + (t * B + b) * G + k0;
     for (int64_t j = 0; j < n; ++j) {
