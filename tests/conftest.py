@@ -5,6 +5,7 @@ Inputs are generated in float64 and rounded once to the dtype under test; the ro
 kernel's own arithmetic error.
 """
 
+import contextlib
 import os
 import re
 import sys
@@ -191,6 +192,18 @@ def assert_gradients_to_second_order(loss, args, atol=2e-6, rtol=1e-5):
         for t, n in zip(theoretical, numerical):
             np.testing.assert_allclose(t, n, atol=atol, rtol=rtol,
                                        err_msg=getattr(fn, "__name__", "loss"))
+
+
+@contextlib.contextmanager
+def tf_keras_dropout_masks(cell, input_masks, recurrent_masks):
+    """tf_keras' mask draws (get_dropout_mask_for_cell and its recurrent twin, functions of
+    (self, inputs, training, count)) replaced, on the class that defines them, for every cell of
+    that kind: ours and tf_keras' layers then apply the same masks."""
+    with pytest.MonkeyPatch.context() as patch:
+        owner = next(c for c in type(cell).__mro__ if "get_dropout_mask_for_cell" in vars(c))
+        patch.setattr(owner, "get_dropout_mask_for_cell", input_masks)
+        patch.setattr(owner, "get_recurrent_dropout_mask_for_cell", recurrent_masks)
+        yield
 
 
 def round_to(a, dtype):

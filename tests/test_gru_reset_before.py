@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import assert_gradients_to_second_order
+from conftest import assert_gradients_to_second_order, tf_keras_dropout_masks
 from tools.references import cudnn_rnn as R
 
 T, I, H = 5, 3, 4
@@ -200,11 +200,7 @@ def test_tf_keras_gru_reset_after_false_runs_the_kernel(rng, caplog, kw):
             drawn[key] = [tf.constant((rng.uniform(size=key) >= 0.3) / 0.7) for _ in range(count)]
         return drawn[key]
 
-    with pytest.MonkeyPatch.context() as patch:
-        owner = next(c for c in type(theirs.cell).__mro__
-                     if "get_dropout_mask_for_cell" in vars(c))
-        patch.setattr(owner, "get_dropout_mask_for_cell", fixed)
-        patch.setattr(owner, "get_recurrent_dropout_mask_for_cell", fixed)
+    with tf_keras_dropout_masks(theirs.cell, fixed, fixed):
         with caplog.at_level("INFO", logger="tf_lstm_ops"):
             got = _outputs_and_grads(ours, x, cot, training=True)
         want = _outputs_and_grads(theirs, x, cot, training=True)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import assert_gradients_to_second_order
+from conftest import assert_gradients_to_second_order, tf_keras_dropout_masks
 from tools.references import cudnn_rnn as R
 
 T, I, H = 5, 3, 4
@@ -358,11 +358,7 @@ def test_tf_keras_layers_apply_its_masks_on_the_kernel(rng, caplog, case):
     x = rng.uniform(-1, 1, (LAYER_B, LAYER_T, I))
     cot = [rng.uniform(-1, 1, (LAYER_B, LAYER_T, H))] + [
         rng.uniform(-1, 1, (LAYER_B, H)) for _ in range(2 if kind == "LSTM" else 1)]
-    with pytest.MonkeyPatch.context() as patch:
-        owner = next(c for c in type(theirs.cell).__mro__
-                     if "get_dropout_mask_for_cell" in vars(c))
-        patch.setattr(owner, "get_dropout_mask_for_cell", input_masks)
-        patch.setattr(owner, "get_recurrent_dropout_mask_for_cell", recurrent_masks)
+    with tf_keras_dropout_masks(theirs.cell, input_masks, recurrent_masks):
         with caplog.at_level("INFO", logger="tf_lstm_ops"):
             got = _outputs_and_grads(ours, x, _pre_padded_mask(), cot)
         want = _outputs_and_grads(theirs, x, _pre_padded_mask(), cot)
