@@ -64,6 +64,7 @@ void FromTimeMajor(const CPUDevice& d, const RnnRun& run, int64_t n, const A* sr
 template <typename A>
 void MaskOperand(int64_t begin, int64_t end, int64_t period, const A* v, const A* mask,
                  bool accumulate, A* out) {
+  if (begin >= end) return;  // (also keeps an empty operand's period 0 out of the modulo)
   // runs of up to `period` elements against the mask from offset p: each loop vectorises
   for (int64_t k = begin, p = begin % period; k < end; k += period - p, p = 0) {
     const int64_t run = std::min(end - k, period - p);
@@ -162,7 +163,7 @@ struct TeamPlan {
   SlicePacking fwd, bwd;  // their bounds(): the slices over H and over Hr
   bool per_gate;
   int slices;             // team units per direction
-  int phases_per_step;    // 1, or 2 with a projection
+  int phases_per_step;    // 1, or 2 with a projection or a GRU resetting before
 
   TeamPlan(const CPUDevice& d, const RnnModel& m, const RnnRun& run)
       : fwd(UnitSlices(m.num_units, Share(d, m)), m.output_width(), m.gates(),
@@ -781,7 +782,8 @@ struct SweepBuffers {
   A *dh, *dc;     // [B, Hr], [B, H]: the carried state gradients, dL/dh_0 and dL/dc_0 at the end
   A* dm;          // [B, H]: dL/dm of the current step (projection only)
   A* carry;       // [B, Hr]: dgh·R of the step just done
-  A* direct;      // [B, Hr]: GRU's direct term dL/dh_t ⊙ u of the step just done
+  A* direct;      // [B, Hr]: GRU's direct term dL/dh_t ⊙ u of the step just done (resetting
+                  // before, plus h's term through r ⊙ h)
   const A* r_packed;  // R's columns packed per output slice (TeamPlan::PackBackward), if packed
   const A* h_masks;   // [gates, B, Hr]: the recurrent masks, or null
 };
