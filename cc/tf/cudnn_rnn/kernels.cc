@@ -285,6 +285,14 @@ absl::Status ResolveMasks(const Tensor& input_masks, const Tensor& recurrent_mas
   return absl::OkStatus();
 }
 
+// The op's own input_masks and recurrent_masks (a *V3Keras op's, forward or Backprop) into run.
+absl::Status ResolveMasks(OpKernelContext* ctx, const RnnModel& m, RnnRun* run) {
+  const Tensor *input_masks, *recurrent_masks;
+  TF_RETURN_IF_ERROR(ctx->input("input_masks", &input_masks));
+  TF_RETURN_IF_ERROR(ctx->input("recurrent_masks", &recurrent_masks));
+  return ResolveMasks(*input_masks, *recurrent_masks, m, run);
+}
+
 // Whether a kernel's op is a *V3Keras op (the operand masks are its last two inputs).
 bool TakesOperandMasks(OpKernelConstruction* ctx) {
   return absl::EndsWith(ctx->def().op(), "V3Keras");
@@ -360,7 +368,7 @@ class CudnnRNNForwardOp : public OpKernel {
     RnnModel m;
     RnnRun run;
     OP_REQUIRES_OK(ctx, ResolveRun(attrs_, input, input_h, input_c, params, seq_lengths, &m, &run));
-    if (takes_masks_) OP_REQUIRES_OK(ctx, ResolveMasks(ctx->input(5), ctx->input(6), m, &run));
+    if (takes_masks_) OP_REQUIRES_OK(ctx, ResolveMasks(ctx, m, &run));
     const bool lstm = m.mode == RnnMode::kLstm;
     // Inference on the CPU: a workspace of the states only, no saved gates written.
     run.keeps_gates = attrs_.is_training || !std::is_same_v<Device, CPUDevice>;
@@ -434,12 +442,7 @@ class CudnnRNNBackpropOp : public OpKernel {
     RnnModel m;
     RnnRun run;
     OP_REQUIRES_OK(ctx, ResolveRun(attrs_, *in[0], *in[1], *in[2], *in[3], seq_lengths, &m, &run));
-    if (takes_masks_) {
-      const Tensor *input_masks, *recurrent_masks;
-      OP_REQUIRES_OK(ctx, ctx->input("input_masks", &input_masks));
-      OP_REQUIRES_OK(ctx, ctx->input("recurrent_masks", &recurrent_masks));
-      OP_REQUIRES_OK(ctx, ResolveMasks(*input_masks, *recurrent_masks, m, &run));
-    }
+    if (takes_masks_) OP_REQUIRES_OK(ctx, ResolveMasks(ctx, m, &run));
     const bool lstm = m.mode == RnnMode::kLstm;
 
     // The forward results and their gradients must have the forward's shapes.
