@@ -28,6 +28,7 @@ def engine_family(family):
         deps = [
             "//cc/core",
             "//cc/cpu:linalg",
+            "//cc/cpu:rnn_inputs",
         ],
     )
     native.cc_library(

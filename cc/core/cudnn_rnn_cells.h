@@ -196,6 +196,14 @@ TF_LSTM_HOST_DEVICE inline void LstmAnyForwardAt(RnnActivation act, RnnActivatio
                         Activate<A, Math>(act, a_c), c_prev);
   *m = Activate<A, Math>(rec, a_o) * Activate<A, Math>(act, *c);
 }
+// LSTM's new c from the saved pre-activations (element j of a [4][H] block): LstmAnyForwardAt's,
+// again, where the c carried is another (zoneout's blend, docs/cudnn_rnn.md §4.9).
+template <typename A, typename Math>
+TF_LSTM_HOST_DEVICE inline A LstmAnyCellStateAt(RnnActivation act, RnnActivation rec,
+                                                const A* pre, int64_t H, int64_t j, A c_prev) {
+  return LstmAnyCellState(Activate<A, Math>(rec, pre[j]), Activate<A, Math>(rec, pre[H + j]),
+                          Activate<A, Math>(act, pre[2 * H + j]), c_prev);
+}
 // LSTM backward from the saved pre-activations (element j of a [4][H] block); *m = o·act(c).
 template <typename A, typename Math>
 TF_LSTM_HOST_DEVICE inline CellGradients<A> LstmAnyBackwardAt(RnnActivation act,

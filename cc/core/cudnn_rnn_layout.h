@@ -49,6 +49,10 @@ struct RnnModel {
   // GRU only: reset before the recurrent product, (r ⊙ h)·R_hᵀ (Keras' reset_after=False),
   // instead of cuDNN's r ⊙ (h·R_hᵀ + b_Rh); its saved gates hold pre-activations.
   bool gru_reset_before = false;
+  // Zoneout (docs/cudnn_rnn.md §4.9): its runs may carry zoneout weights (RnnRun::zoneout_h,
+  // zoneout_c). Its cells then run as Keras' (whatever the activations), whose saved
+  // pre-activations let the backward recompute the un-zoned new state.
+  bool zoneout = false;
 
   int gates() const { return GatesOf(mode); }
   int64_t gate_width() const { return gates() * num_units; }
@@ -60,10 +64,12 @@ struct RnnModel {
     return layer == 0 ? input_size : num_dirs * output_width();
   }
   bool skips(int64_t layer) const { return layer == 0 && skip_input; }
+  // Whether the cells run as Keras' (activations from the two fields, pre-activations saved).
+  bool keras_cells() const { return custom_activations || zoneout; }
   // Whether the saved gates hold pre-activations (Keras' cells) rather than cuDNN's values.
-  bool saves_pre_activations() const { return custom_activations || gru_reset_before; }
+  bool saves_pre_activations() const { return keras_cells() || gru_reset_before; }
   ActivationChoice activations() const {
-    return {custom_activations, activation, recurrent_activation};
+    return {keras_cells(), activation, recurrent_activation};
   }
   int64_t w_cols(int64_t layer) const { return skips(layer) ? 0 : layer_input(layer); }
 };

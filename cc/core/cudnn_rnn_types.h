@@ -13,6 +13,16 @@
 
 namespace tf_lstm_ops {
 
+// Zoneout's weights for one state (docs/cudnn_rnn.md §4.9): the state carried is
+// w ⊙ s~_t + (1 - w) ⊙ s_{t-1} (ZoneoutBlend), w per element ([T, B, H] in the run's layout:
+// training's keep-new masks) or one value for all (inference's 1 - rate). In the run's dtype
+// and on its device; null: that state is not zoned.
+struct RnnZoneout {
+  const void* keep = nullptr;
+  bool per_element = false;
+  bool active() const { return keep != nullptr; }
+};
+
 // One run's sizes: T, B and the memory order of input/output ([T,B,.] or [B,T,.]). The state
 // tensors are always read as [L*D, B, n] (TF's reinterpretation for batch-major;
 // docs/cudnn_rnn.md §3).
@@ -32,6 +42,10 @@ struct RnnRun {
   const void* input_masks = nullptr;
   const void* recurrent_masks = nullptr;
   bool masked() const { return input_masks != nullptr || recurrent_masks != nullptr; }
+  // Zoneout of h (every mode) and of LSTM's c: only for models with m.zoneout that
+  // RnnTakesMasks accepts.
+  RnnZoneout zoneout_h, zoneout_c;
+  bool zoned() const { return zoneout_h.active() || zoneout_c.active(); }
 };
 
 // Models whose runs may carry operand masks: what a Keras layer describes (one layer, one
@@ -39,6 +53,57 @@ struct RnnRun {
 inline bool RnnTakesMasks(const RnnModel& m) {
   return m.num_layers == 1 && m.num_dirs == 1 && !m.skip_input && !m.has_proj();
 }
+
+// Zoneout's carried state from the new one and the previous one: keep-new weight w 1 gives the
+// new value exactly, 0 the previous one. Its backward: w·ds to the new state, (1 - w)·ds to the
+// previous one.
+template <typename A>
+TF_LSTM_HOST_DEVICE inline A ZoneoutBlend(A w, A s_new, A s_prev) {
+  return w * s_new + (A(1) - w) * s_prev;
+}
+
+// One state's zoneout weights in the compute type as a cell reads them: element k's weight is
+// keep[k·stride] (stride 1: per element, 0: one value for all); keep null: not zoned. Blend is
+// ZoneoutBlend (the new state as it is when not zoned), ToNew / ToPrevious its backward: of
+// ds = dL/d(the carried state), what reaches the new state (w·ds; all of it when not zoned) and
+// what the previous one keeps ((1 - w)·ds; none).
+template <typename A>
+struct ZoneoutView {
+  const A* keep = nullptr;
+  int64_t stride = 0;
+  // The weights from element `offset` on of weights given per element (a run's elements in
+  // one order, e.g. time-major [T·B, H]) or as one value.
+  TF_LSTM_HOST_DEVICE static ZoneoutView At(const A* keep, bool per_element, int64_t offset) {
+    if (keep == nullptr) return {};
+    return per_element ? ZoneoutView{keep + offset, 1} : ZoneoutView{keep, 0};
+  }
+  TF_LSTM_HOST_DEVICE bool zoned() const { return keep != nullptr; }
+  TF_LSTM_HOST_DEVICE A operator[](int64_t k) const { return keep[k * stride]; }
+  TF_LSTM_HOST_DEVICE A Blend(int64_t k, A s_new, A s_prev) const {
+    return zoned() ? ZoneoutBlend((*this)[k], s_new, s_prev) : s_new;
+  }
+  TF_LSTM_HOST_DEVICE A ToNew(int64_t k, A ds) const { return zoned() ? (*this)[k] * ds : ds; }
+  TF_LSTM_HOST_DEVICE A ToPrevious(int64_t k, A ds) const {
+    return zoned() ? (A(1) - (*this)[k]) * ds : A(0);
+  }
+};
+
+// One state's zoneout weights in an engine's compute type, as it converted them from the run's:
+// per element, time-major [T·B, width], or one value for all; keep null: not zoned. At(offset):
+// the view of the weights from element `offset` on (row b of step t, unit j0: (t·B + b)·width +
+// j0).
+template <typename A>
+struct ZoneoutWeights {
+  const A* keep = nullptr;
+  bool per_element = false;
+  TF_LSTM_HOST_DEVICE ZoneoutView<A> At(int64_t offset) const {
+    return ZoneoutView<A>::At(keep, per_element, offset);
+  }
+};
+template <typename A>
+struct Zoneout {
+  ZoneoutWeights<A> h, c;
+};
 
 // x ⊙ mask, the masked operand of a gate product (Keras' recurrent dropout).
 template <typename A>
@@ -176,7 +241,11 @@ inline uint64_t RnnConfigHash(const RnnModel& m, const RnnRun& run, const RnnDro
                     static_cast<int64_t>(run.time_major), static_cast<int64_t>(dtype_size),
                     // (a backward must multiply by masks where the forward did)
                     static_cast<int64_t>(run.input_masks != nullptr) +
-                        2 * static_cast<int64_t>(run.recurrent_masks != nullptr)}) {
+                        2 * static_cast<int64_t>(run.recurrent_masks != nullptr),
+                    // (and zone where the forward did; Keras' cells when zoned)
+                    static_cast<int64_t>(m.zoneout) +
+                        2 * (run.zoneout_h.active() + 2 * run.zoneout_h.per_element) +
+                        8 * (run.zoneout_c.active() + 2 * run.zoneout_c.per_element)}) {
     h = Mix(h ^ static_cast<uint64_t>(v));
   }
   const float rate = dropout.active(m) ? dropout.rate : 0.0f;  // only when masks exist

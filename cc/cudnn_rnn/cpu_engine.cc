@@ -20,41 +20,11 @@
 #include "cc/core/cudnn_rnn_cells.h"
 #include "cc/core/precision.h"
 #include "cc/cpu/linalg.h"
+#include "cc/cpu/rnn_inputs.h"
 
 namespace tf_lstm_ops {
 namespace cpu {
 namespace {
-
-// [T,B,n] (time-major) view of a [T,B,n] or [B,T,n] tensor, in the compute type (a copy in
-// scratch unless it is both; only counted while the scratch is counting).
-template <typename A, typename T>
-const A* ToTimeMajor(const CPUDevice& d, Scratch& scratch, const RnnRun& run, int64_t n,
-                     const T* src) {
-  if (run.time_major) return AsAcc<A>(d, scratch, src, run.time * run.batch * n);
-  A* dst = scratch.Take<A>(run.time * run.batch * n);
-  if (dst == nullptr) return nullptr;
-  const int64_t time = run.time, B = run.batch;
-  ParallelFor(d, time * B, n * 8.0, n * 2.0, [&](int64_t begin, int64_t end) {
-    for (int64_t tb = begin; tb < end; ++tb) {
-      const int64_t t = tb / B, b = tb % B;
-      for (int64_t k = 0; k < n; ++k) dst[tb * n + k] = A(src[(b * time + t) * n + k]);
-    }
-  });
-  return dst;
-}
-
-// Writes a time-major [T,B,n] compute-type buffer to dst in the run's layout and dtype.
-template <typename T, typename A>
-void FromTimeMajor(const CPUDevice& d, const RnnRun& run, int64_t n, const A* src, T* dst) {
-  const int64_t T_ = run.time, B = run.batch;
-  ParallelFor(d, T_ * B, n * 8.0, n * 2.0, [&](int64_t begin, int64_t end) {
-    for (int64_t tb = begin; tb < end; ++tb) {
-      const int64_t t = tb / B, b = tb % B;
-      T* row = dst + (run.time_major ? tb : b * T_ + t) * n;
-      for (int64_t k = 0; k < n; ++k) row[k] = static_cast<T>(src[tb * n + k]);
-    }
-  });
-}
 
 // ---- Keras' recurrent dropout: per-gate operand masks (docs/keras_layers.md §5) ---------------
 
@@ -283,9 +253,12 @@ A* RowScratch(int64_t n) {
 // One row's n units of a step with Keras' activations: x_side(g, j) / h_side(g, j) are the two
 // sides' pre-activations (cuDNN's gate order); writes c (LSTM), `out` (LSTM's m, else h) and,
 // when `saved` is given, the pre-activations (cudnn_rnn_cells.h; gate g at saved[g·H + j]).
+// Zoneout blends the new h (and LSTM's c) with h_in (c_in) after the cell, which reads the
+// un-zoned new c.
 template <typename A, typename Math, typename XSide, typename HSide>
 void ForwardRowAny(const RnnModel& m, int64_t n, XSide x_side, HSide h_side, const A* h_in,
-                   const A* c_in, A* c_out, A* out, A* saved) {
+                   const A* c_in, A* c_out, A* out, A* saved, const ZoneoutView<A>& zh,
+                   const ZoneoutView<A>& zc) {
   const int64_t H = m.num_units;
   const RnnActivation act = m.activation, rec = m.recurrent_activation;
   A* pre = RowScratch<A>(6 * n);
@@ -301,6 +274,7 @@ void ForwardRowAny(const RnnModel& m, int64_t n, XSide x_side, HSide h_side, con
     }
     ActivateRow<A, Math>(act, c_out, val, n);
     for (int64_t j = 0; j < n; ++j) out[j] = pre[3 * n + j] * val[j];
+    ZoneRowForward(zc, n, c_in, c_out);
   } else if (m.mode == RnnMode::kGru) {  // pre: a_r, a_u, a_n, h_c
     for (int64_t j = 0; j < n; ++j) {
       pre[j] = x_side(0, j) + h_side(0, j);
@@ -320,18 +294,22 @@ void ForwardRowAny(const RnnModel& m, int64_t n, XSide x_side, HSide h_side, con
     if (saved) std::memcpy(saved, pre, n * sizeof(A));
     ActivateRow<A, Math>(act, pre, out, n);
   }
+  ZoneRowForward(zh, n, h_in, out);
 }
 
 // The backward of one row's n units with Keras' activations, from the saved pre-activations:
-// the gate gradients gx (and GRU's recurrent-side gh and direct term), LSTM's carried dc (in
-// place) and, when m_row is given, m = o·act(c). dh is dL/dm for LSTM, else dL/dh.
+// the gate gradients gx (and GRU's recurrent-side gh), the direct term of dL/dh_prev (GRU's, and
+// zoneout's (1 - w)·dh), LSTM's carried dc (in place) and, when m_row is given, m = o·act(c).
+// dh is dL/dm for LSTM, else dL/dh; with zoneout dL/dh and dL/dc of the zoned states. c_row is
+// the carried c; zoned, the cell's un-zoned one is recomputed from the saved gates.
 template <typename A, typename Math>
 void BackwardRowAny(const RnnModel& m, int64_t n, const A* saved, const A* c_row,
                     const A* c_in, const A* h_in, const A* dh, A* dc, A* gx, A* gh, A* direct,
-                    A* m_row) {
+                    A* m_row, const ZoneoutView<A>& zh, const ZoneoutView<A>& zc) {
   const int64_t H = m.num_units;
   const RnnActivation act = m.activation, rec = m.recurrent_activation;
-  A* v = RowScratch<A>(10 * n);  // gate values [G][n], slopes [G][n], act(c), its slope
+  // gate values [G][n], slopes [G][n], act(c), its slope, the un-zoned c
+  A* v = RowScratch<A>(11 * n);
   A* s = v + 4 * n;
   if (m.mode == RnnMode::kLstm) {
     A* co = s + 4 * n;
@@ -339,14 +317,23 @@ void BackwardRowAny(const RnnModel& m, int64_t n, const A* saved, const A* c_row
     for (int g = 0; g < 4; ++g) {
       ValueAndSlopeRow<A, Math>(g == 2 ? act : rec, saved + g * H, v + g * n, s + g * n, n);
     }
-    ValueAndSlopeRow<A, Math>(act, c_row, co, sco, n);
+    const A* c_new = c_row;
+    if (zc.zoned()) {
+      A* c_cell = sco + n;
+      for (int64_t j = 0; j < n; ++j) {
+        c_cell[j] = LstmAnyCellState(v[j], v[n + j], v[2 * n + j], c_in[j]);
+      }
+      c_new = c_cell;
+    }
+    ValueAndSlopeRow<A, Math>(act, c_new, co, sco, n);
     for (int64_t j = 0; j < n; ++j) {
       const CellGradients<A> g = LstmAnyBackward(
           v[j], v[n + j], v[2 * n + j], v[3 * n + j], s[j], s[n + j], s[2 * n + j],
-          s[3 * n + j], co[j], sco[j], c_in[j], dc[j], dh[j]);
+          s[3 * n + j], co[j], sco[j], c_in[j], zc.ToNew(j, dc[j]), zh.ToNew(j, dh[j]));
       StoreLstmGateGradients(g, H, j, gx);
-      dc[j] = g.cs_prev_grad;
+      dc[j] = g.cs_prev_grad + zc.ToPrevious(j, dc[j]);
       if (m_row) m_row[j] = v[3 * n + j] * co[j];
+      if (direct) direct[j] = zh.ToPrevious(j, dh[j]);
     }
   } else if (m.mode == RnnMode::kGru) {
     for (int g = 0; g < 3; ++g) {
@@ -355,13 +342,16 @@ void BackwardRowAny(const RnnModel& m, int64_t n, const A* saved, const A* c_row
     for (int64_t j = 0; j < n; ++j) {
       const GruGradients<A> g =
           GruAnyBackward(v[j], v[n + j], v[2 * n + j], s[j], s[n + j], s[2 * n + j],
-                         saved[3 * H + j], h_in[j], dh[j]);
+                         saved[3 * H + j], h_in[j], zh.ToNew(j, dh[j]));
       StoreGruGateGradients(g, H, j, gx, gh);
-      direct[j] = g.h_prev_direct;
+      direct[j] = g.h_prev_direct + zh.ToPrevious(j, dh[j]);
     }
   } else {
     SlopeRow<A, Math>(act, saved, s, n);
-    for (int64_t j = 0; j < n; ++j) gx[j] = dh[j] * s[j];
+    for (int64_t j = 0; j < n; ++j) gx[j] = zh.ToNew(j, dh[j]) * s[j];
+    if (direct) {
+      for (int64_t j = 0; j < n; ++j) direct[j] = zh.ToPrevious(j, dh[j]);
+    }
   }
 }
 
@@ -369,16 +359,16 @@ void BackwardRowAny(const RnnModel& m, int64_t n, const A* saved, const A* c_row
 // (first phase: all but r's gate gradient, which needs every unit's candidate gradient).
 template <typename A, typename Math>
 void BackwardRowResetCandidate(const RnnModel& m, int64_t n, const A* saved, const A* h_in,
-                               const A* dh, A* gx, A* gh, A* direct) {
+                               const A* dh, A* gx, A* gh, A* direct, const ZoneoutView<A>& zh) {
   const int64_t H = m.num_units;
   A* v = RowScratch<A>(4 * n);  // u, the candidate, their slopes
   ValueAndSlopeRow<A, Math>(m.recurrent_activation, saved + H, v, v + 2 * n, n);
   ValueAndSlopeRow<A, Math>(m.activation, saved + 2 * H, v + n, v + 3 * n, n);
   for (int64_t j = 0; j < n; ++j) {
-    const GruGradients<A> g =
-        GruResetCandidateBackward(v[j], v[n + j], v[2 * n + j], v[3 * n + j], h_in[j], dh[j]);
+    const GruGradients<A> g = GruResetCandidateBackward(v[j], v[n + j], v[2 * n + j],
+                                                        v[3 * n + j], h_in[j], zh.ToNew(j, dh[j]));
     StoreGruGateGradients(g, H, j, gx, gh);
-    direct[j] = g.h_prev_direct;
+    direct[j] = g.h_prev_direct + zh.ToPrevious(j, dh[j]);
   }
 }
 
@@ -408,7 +398,8 @@ struct StepSlice {
 template <typename A, typename Math>
 void ForwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vector<int64_t>& len,
                   int64_t step, const TeamPlan& plan, int u, const A* r_packed,
-                  const A* h_masks, const A* xw, A* rec, A* m_buf) {
+                  const A* h_masks, const Zoneout<A>& zoneout, const A* xw, A* rec,
+                  A* m_buf) {
   const RnnModel& m = pl.m;
   const int64_t T = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
   const StepSlice<A> s(pl, run, step, plan.fwd, u, rec);
@@ -453,12 +444,14 @@ void ForwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vector
     // branch inside.
     A* const saved_row =
         pl.gates ? pl.gates + (t * B + b) * SavedGatesOf(m.mode) * H + j0 : nullptr;
-    if (m.custom_activations) {
+    if (m.keras_cells()) {
       const bool lstm = m.mode == RnnMode::kLstm;
       A* out = lstm && m.has_proj() ? m_buf + b * H + j0 : h_out + b * Hr + j0;
-      ForwardRowAny<A, Math>(m, n, x_side, h_side, lstm ? nullptr : h_prev + b * Hr + j0,
+      ForwardRowAny<A, Math>(m, n, x_side, h_side, h_prev + b * Hr + j0,
                              lstm ? c_prev + b * H + j0 : nullptr,
-                             lstm ? pl.c + (t * B + b) * H + j0 : nullptr, out, saved_row);
+                             lstm ? pl.c + (t * B + b) * H + j0 : nullptr, out, saved_row,
+                             zoneout.h.At((t * B + b) * H + j0),
+                             zoneout.c.At((t * B + b) * H + j0));
     } else if (m.mode == RnnMode::kLstm) {  // gates i, f, c, o: lstm_cell.h's IFCO layout
       const A* __restrict c_in = c_prev + b * H + j0;
       A* __restrict c_out = pl.c + (t * B + b) * H + j0;
@@ -572,8 +565,8 @@ void ForwardResetGates(const PseudoLayer<A>& pl, const RnnRun& run,
 template <typename A, typename Math>
 void ForwardResetCandidates(const PseudoLayer<A>& pl, const RnnRun& run,
                             const std::vector<int64_t>& len, int64_t step, const TeamPlan& plan,
-                            int u, const A* r_packed, const A* xw, A* rec,
-                            const A* reset_buf) {
+                            int u, const A* r_packed, const Zoneout<A>& zoneout,
+                            const A* xw, A* rec, const A* reset_buf) {
   const RnnModel& m = pl.m;
   const int64_t B = run.batch, H = m.num_units, G = m.gate_width();
   const StepSlice<A> s(pl, run, step, plan.fwd, u, rec);
@@ -612,6 +605,8 @@ void ForwardResetCandidates(const PseudoLayer<A>& pl, const RnnRun& run,
     for (int64_t j = 0; j < n; ++j) {
       h_out[b * H + j0 + j] = GruAnyOutput(upd[j], cand[j], h_prev[b * H + j0 + j]);
     }
+    ZoneRowForward(zoneout.h.At((t * B + b) * H + j0), n, h_prev + b * H + j0,
+                   h_out + b * H + j0);
   }
 }
 
@@ -640,8 +635,8 @@ void ProjectOutputs(const PseudoLayer<A>& pl, const RnnRun& run, const std::vect
 template <typename A, typename Math>
 void ForwardLayer(const CPUDevice& d, const std::vector<PseudoLayer<A>>& pls,
                   const TeamPlan& plan, const RnnRun& run, const std::vector<int64_t>& len,
-                  const A* x, const OperandMasks<A>& masks, A* xw, A* rec, A* m_buf,
-                  A* reset_buf, A* r_packed, A* y) {
+                  const A* x, const OperandMasks<A>& masks, const Zoneout<A>& zoneout, A* xw,
+                  A* rec, A* m_buf, A* reset_buf, A* r_packed, A* y) {
   const RnnModel& m = pls[0].m;
   const int64_t T = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
   const int64_t G = m.gate_width(), D = m.num_dirs;
@@ -663,12 +658,12 @@ void ForwardLayer(const CPUDevice& d, const std::vector<PseudoLayer<A>>& pls,
                                    masks.recurrent, xw + dir * T * B * G, rec_dir, reset_dir);
       } else {
         ForwardResetCandidates<A, Math>(pl, run, len, step, plan, static_cast<int>(u), packed,
-                                        xw + dir * T * B * G, rec_dir, reset_dir);
+                                        zoneout, xw + dir * T * B * G, rec_dir, reset_dir);
       }
     } else if (phase % K == 0) {
       if (u >= plan.fwd.slices()) return;
       ForwardCells<A, Math>(pl, run, len, step, plan, static_cast<int>(u), packed,
-                            masks.recurrent, xw + dir * T * B * G, rec_dir,
+                            masks.recurrent, zoneout, xw + dir * T * B * G, rec_dir,
                             m_buf ? m_buf + dir * B * H : nullptr);
     } else {
       if (u >= plan.bwd.slices()) return;
@@ -721,6 +716,7 @@ bool ForwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const 
   const A* h0 = AsAcc<A>(d, scratch, input_h, LD * B * Hr);
   const A* c0 = lstm ? AsAcc<A>(d, scratch, input_c, LD * B * H) : nullptr;
   const OperandMasks<A> masks = ConvertMasks<T, A>(d, scratch, m, run, false);
+  const Zoneout<A> zoneout = ConvertZoneout<T, A>(d, scratch, run, m.num_units);
   // Per direction: the input projections, the recurrent GEMM's output, m (with a projection)
   // and the packed R.
   const TeamPlan plan(d, m, run);
@@ -738,8 +734,8 @@ bool ForwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const 
     std::vector<PseudoLayer<A>> pls;
     pls.reserve(D);
     for (int64_t dir = 0; dir < D; ++dir) pls.emplace_back(m, l * D + dir, P, ws, lay, h0, c0, B);
-    ForwardLayer<A, MathFor<T>>(d, pls, plan, run, len, x, masks, xw, rec, m_buf, reset_buf,
-                                r_packed, y);
+    ForwardLayer<A, MathFor<T>>(d, pls, plan, run, len, x, masks, zoneout, xw, rec, m_buf,
+                                reset_buf, r_packed, y);
     for (int64_t dir = 0; dir < D; ++dir) {
       // Final state: after the last processed step (rows past their end held it there).
       const int64_t p = l * D + dir, t_last = TimeOf(dir, T_ - 1, T_);
@@ -782,10 +778,12 @@ struct SweepBuffers {
   A *dh, *dc;     // [B, Hr], [B, H]: the carried state gradients, dL/dh_0 and dL/dc_0 at the end
   A* dm;          // [B, H]: dL/dm of the current step (projection only)
   A* carry;       // [B, Hr]: dgh·R of the step just done
-  A* direct;      // [B, Hr]: GRU's direct term dL/dh_t ⊙ u of the step just done (resetting
-                  // before, plus h's term through r ⊙ h)
+  A* direct;      // [B, Hr]: the direct term of dL/dh_prev of the step just done, or null: GRU's
+                  // dL/dh_t ⊙ u (resetting before, plus h's term through r ⊙ h), plus
+                  // zoneout's (1 - w) ⊙ dL/dh_t
   const A* r_packed;  // R's columns packed per output slice (TeamPlan::PackBackward), if packed
   const A* h_masks;   // [gates, B, Hr]: the recurrent masks, or null
+  Zoneout<A> zoneout;
 };
 
 // Backward work of output slice [k0, k1) in phase s of the sweep (s < T: before sweep step s,
@@ -802,7 +800,6 @@ void BackwardOutputs(const PseudoLayer<A>& pl, const RnnRun& run, const std::vec
   const int64_t T = run.time, B = run.batch, Hr = m.output_width(), G = m.gate_width();
   const int64_t D = m.num_dirs, k0 = packing.bounds()[u], k1 = packing.bounds()[u + 1];
   const int64_t n = k1 - k0;
-  const bool gru = m.mode == RnnMode::kGru;
   if (n == 0) return;
   if (s > 0) {
     const int64_t t = TimeOf(pl.dir, T - s, T);
@@ -824,7 +821,7 @@ void BackwardOutputs(const PseudoLayer<A>& pl, const RnnRun& run, const std::vec
     for (int64_t b = 0; b < B; ++b) {
       if (t >= len[b]) continue;
       for (int64_t k = b * Hr + k0; k < b * Hr + k1; ++k) {
-        buf.dh[k] = buf.carry[k] + (gru ? buf.direct[k] : A(0));
+        buf.dh[k] = buf.carry[k] + (buf.direct ? buf.direct[k] : A(0));
       }
     }
   }
@@ -876,19 +873,21 @@ void BackwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vecto
     const A* __restrict dh_row = dht + b * Hr + j0;
     A* __restrict gx_row = gx;
     A* __restrict gh_row = gh;
+    A* const direct_row = buf.direct ? buf.direct + b * Hr + j0 : nullptr;
+    const ZoneoutView<A> zh = buf.zoneout.h.At((t * B + b) * H + j0);
     if (m.gru_reset_before) {
       BackwardRowResetCandidate<A, Math>(m, n, pl.gates + (t * B + b) * kSavedGates * H + j0,
                                          h_prev + b * Hr + j0, dh_row, gx_row, gh_row,
-                                         buf.direct + b * Hr + j0);
-    } else if (m.custom_activations) {
+                                         direct_row, zh);
+    } else if (m.keras_cells()) {
       const bool lstm = m.mode == RnnMode::kLstm;
       BackwardRowAny<A, Math>(
           m, n, pl.gates + (t * B + b) * SavedGatesOf(m.mode) * H + j0,
           lstm ? pl.c + (t * B + b) * H + j0 : nullptr, lstm ? c_prev + b * H + j0 : nullptr,
           lstm ? nullptr : h_prev + b * Hr + j0,
           lstm && m.has_proj() ? buf.dm + b * H + j0 : dh_row,
-          lstm ? buf.dc + b * H + j0 : nullptr, gx_row, gh_row,
-          gru ? buf.direct + b * Hr + j0 : nullptr, m_row);
+          lstm ? buf.dc + b * H + j0 : nullptr, gx_row, gh_row, direct_row, m_row, zh,
+          buf.zoneout.c.At((t * B + b) * H + j0));
     } else if (m.mode == RnnMode::kLstm) {
       const A* __restrict saved = pl.gates + (t * B + b) * kSavedGates * H + j0;
       const A* __restrict c_row = pl.c + (t * B + b) * H + j0;
@@ -1094,6 +1093,7 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const
   const A* dhT = AsAcc<A>(d, scratch, output_h_backprop, LD * B * Hr);
   const A* dcT = lstm ? AsAcc<A>(d, scratch, output_c_backprop, LD * B * H) : nullptr;
   const OperandMasks<A> masks = ConvertMasks<T, A>(d, scratch, m, run, true);
+  const Zoneout<A> zoneout = ConvertZoneout<T, A>(d, scratch, run, m.num_units);
 
   // Per direction (D parts each): the sweep buffers (SweepBuffers) and R's packed columns.
   const int64_t rows = T_ * B, max_in = std::max(m.input_size, D * Hr);
@@ -1112,7 +1112,7 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const
   A* masked_dx = run.input_masks ? scratch.Take<A>(rows * m.input_size) : nullptr;
   A* d_state = scratch.Take<A>(LD * B * (Hr + H));
   if (scratch.counting() || !scratch.ok()) return scratch.ok();
-  A* direct = gru ? carry + D * B * Hr : nullptr;
+  A* direct = gru || run.zoneout_h.active() ? carry + D * B * Hr : nullptr;
   A* dy_below = dx + rows * max_in;
   Fill(d, dparams, n_params, A(0));
 
@@ -1139,6 +1139,7 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const
       plan.PackBackward(d, m, pls[dir].r, packed);
       buf.r_packed = packed;
       buf.h_masks = masks.recurrent;
+      buf.zoneout = zoneout;
       std::memcpy(buf.dh, dhT + p * B * Hr, B * Hr * sizeof(A));
       if (lstm) std::memcpy(buf.dc, dcT + p * B * H, B * H * sizeof(A));
       bufs.push_back(buf);
