@@ -194,6 +194,24 @@ def assert_gradients_to_second_order(loss, args, atol=2e-6, rtol=1e-5):
                                        err_msg=getattr(fn, "__name__", "loss"))
 
 
+def keras_op_args(cfg, inputs, lengths, time_major, dtype, input_masks=None,
+                  recurrent_masks=None, zoneout_h=None, zoneout_c=None):
+    """CudnnRNNV3Keras's (and its Backprop's) inputs and attributes for a reference Cfg and
+    R.random_inputs: the operand masks and zoneout weights given, or the empty vector (none)."""
+    def tensor(v, empty=np.zeros([0])):
+        return tf.constant(empty if v is None else v, dtype)
+
+    return dict(
+        input=tensor(inputs["input"]), input_h=tensor(inputs["input_h"]),
+        input_c=tensor(inputs["input_c"] if cfg.is_lstm else np.zeros(())),
+        params=tensor(inputs["params"]), sequence_lengths=tf.constant(lengths, tf.int32),
+        input_masks=tensor(input_masks), recurrent_masks=tensor(recurrent_masks),
+        zoneout_h_weights=tensor(zoneout_h), zoneout_c_weights=tensor(zoneout_c),
+        rnn_mode=cfg.rnn_mode, direction=cfg.direction, time_major=time_major,
+        activation=cfg.activation, recurrent_activation=cfg.recurrent_activation,
+        reset_after=cfg.reset_after)
+
+
 @contextlib.contextmanager
 def tf_keras_dropout_masks(cell, input_masks, recurrent_masks):
     """tf_keras' mask draws (get_dropout_mask_for_cell and its recurrent twin, functions of

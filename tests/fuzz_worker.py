@@ -81,8 +81,8 @@ def cudnn_case(rng, op):
 
 def keras_case(rng, op):
     """CudnnRNNV3Keras (or, from a real forward, its Backprop): mostly a model Keras describes
-    (one layer, one direction) with its operand masks, each present or not; Keras' activations;
-    GRU resetting before or after."""
+    (one layer, one direction) with its operand masks and zoneout weights, each present or not;
+    Keras' activations; GRU resetting before or after."""
     mode = R.MODES[rng.integers(len(R.MODES))]
     keras_shaped = rng.integers(4) > 0
     L, D = (1, "unidirectional") if keras_shaped else (2, "bidirectional")
@@ -100,10 +100,15 @@ def keras_case(rng, op):
                        else np.zeros([], np.float32)),
               params=inp["params"].astype(np.float32),
               sequence_lengths=rng.integers(0, T + 1, B).astype(np.int32),
-              input_masks=none, recurrent_masks=none)
+              input_masks=none, recurrent_masks=none, zoneout_h_weights=none,
+              zoneout_c_weights=none)
     for name, width in (("input_masks", I), ("recurrent_masks", H)):
         if keras_shaped and rng.integers(2):
             kw[name] = ((rng.uniform(size=(G, B, width)) > 0.3) / 0.7).astype(np.float32)
+    for name in ("zoneout_h_weights", "zoneout_c_weights")[:2 if cfg.is_lstm else 1]:
+        if keras_shaped and rng.integers(2):  # per element (time-major) or one scalar
+            kw[name] = (np.float32(0.9) if rng.integers(2)
+                        else (rng.uniform(size=(T, B, H)) > 0.1).astype(np.float32))
     if op == "CudnnRNNV3Keras":
         attrs["is_training"] = bool(rng.integers(2))
         return kw, attrs

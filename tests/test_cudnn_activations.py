@@ -17,7 +17,8 @@ T, B, I, H = 4, 3, 3, 4
 
 
 def op(name):
-    """The op by name; the *V3Keras ops with their operand masks none ([0]) unless given."""
+    """The op by name; the *V3Keras ops with their operand masks and zoneout weights none ([0])
+    unless given."""
     from tf_lstm_ops._loader import library
 
     f = library.op(name)
@@ -26,7 +27,7 @@ def op(name):
 
     def without_masks(**kwargs):
         dtype = tf.convert_to_tensor(kwargs["input"]).dtype
-        for mask in ("input_masks", "recurrent_masks"):
+        for mask in ("input_masks", "recurrent_masks", "zoneout_h_weights", "zoneout_c_weights"):
             kwargs.setdefault(mask, tf.zeros([0], dtype))
         return f(**kwargs)
 

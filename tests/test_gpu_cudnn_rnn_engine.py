@@ -74,6 +74,8 @@ DETERMINISM_CASES = [
     C.Case("gru", 2, 4, 3, "bidirectional", lengths=C.VARLEN, reset_after=False),
     C.Case("gru", 1, 4, 3, lengths=C.VARLEN, input_masks=True, recurrent_masks=True,
            reset_after=False),
+    C.Case("lstm", 1, 4, 3, time_major=False, lengths=C.VARLEN, recurrent_masks=True,
+           zoneout_h=C.PER_ELEMENT, zoneout_c=0.9),
 ]
 
 
@@ -86,14 +88,15 @@ def test_deterministic(mod, alloc, rng, case, dtype):
 # ------------------------------------------------------------------------------------------------
 # operand masks (Keras' recurrent dropout): the cases are in CASES (C.mask_cases()), checked
 # against the float64 reference above in every dtype; the host's 3-row batches take the
-# persistent forward there, so here the per-step forward too
+# persistent forward there, so here the per-step forward too (and zoneout's, below)
 # ------------------------------------------------------------------------------------------------
 
 MASK_CASES = C.mask_cases()
+ZONEOUT_CASES = C.zoneout_cases()  # (their section is below)
 
 
 def test_mask_cases_cover_the_grid():
-    masked = [c for c in CASES if c.masked]
+    masked = [c for c in CASES if c.masked and not c.zoned]
     assert masked == MASK_CASES
     seen = {(c.mode, c.reset_after, c.input_masks, c.recurrent_masks, c.time_major,
              c.lengths is None) for c in masked}
@@ -108,8 +111,10 @@ def test_mask_cases_cover_the_grid():
 
 
 @pytest.mark.parametrize("dtype", C.DTYPES)
-@pytest.mark.parametrize("case", MASK_CASES, ids=[c.name for c in MASK_CASES])
-def test_masked_per_step_forward_matches_reference(mod, alloc, rng, monkeypatch, case, dtype):
+@pytest.mark.parametrize("case", MASK_CASES + ZONEOUT_CASES,
+                         ids=[c.name for c in MASK_CASES + ZONEOUT_CASES])
+def test_masked_or_zoned_per_step_forward_matches_reference(mod, alloc, rng, monkeypatch, case,
+                                                            dtype):
     monkeypatch.setenv(PERSISTENT_ENV, "0")
     assert _path(mod, case, dtype)["path"] == "per_step"
     C.check_case(mod, alloc, case, dtype, rng)
@@ -137,11 +142,13 @@ def test_masked_runs_take_more_scratch(mod):
 @pytest.mark.parametrize("change", [dict(num_layers=2), dict(direction="bidirectional"),
                                     dict(num_proj=2), dict(skip_input=True, input_size=4)],
                          ids=["layers", "bidirectional", "projection", "skip_input"])
-@pytest.mark.parametrize("mask", C.MASK_NAMES)
+@pytest.mark.parametrize("mask", C.MASK_NAMES + C.ZONEOUT_NAMES)
 def test_masks_only_for_keras_models(mod, change, mask):
+    # (zoneout's weights too; zoneout_c's modes: test_zoneout_c_only_for_lstm)
     kw = dataclasses.replace(C.Case("lstm", 1, 4, 3), **change).model_kwargs()
     assert mod.rnn_forward_scratch_bytes("host", "float32", **kw) > 0
-    with pytest.raises(ValueError, match="operand masks"):
+    what = "zoneout" if mask in C.ZONEOUT_NAMES else "operand masks"
+    with pytest.raises(ValueError, match=what):
         mod.rnn_forward_scratch_bytes("host", "float32", **kw, **{mask: 1})
 
 
@@ -206,6 +213,130 @@ def test_scratch_sizes(mod):
 
 
 # ------------------------------------------------------------------------------------------------
+# zoneout (docs/cudnn_rnn.md §4.9): its cases are in CASES (C.zoneout_cases()), checked against
+# the float64 reference above in every dtype on the persistent forward, and on the per-step one
+# with the masked cases; here the extreme weights, and what the reserve header and the bindings
+# say
+# ------------------------------------------------------------------------------------------------
+
+def test_zoneout_cases_cover_the_grid():
+    zoned = [c for c in CASES if c.zoned]
+    assert zoned == ZONEOUT_CASES
+
+    def kind(w):
+        return None if w is None else "per_element" if w == C.PER_ELEMENT else "one"
+
+    seen = {(c.mode, c.reset_after, kind(c.zoneout_h), kind(c.zoneout_c), c.time_major,
+             c.lengths is None) for c in zoned}
+    models = [(m, True) for m in R.MODES] + [("gru", False)]
+    for mode, reset_after in models:
+        whiches = ([("per_element", None), (None, "per_element"), ("per_element", "per_element")]
+                   if mode == "lstm" else [("per_element", None)])
+        for zh, zc in whiches:
+            for tm in (True, False):
+                for full in (True, False):
+                    assert (mode, reset_after, zh, zc, tm, full) in seen
+            # one weight: time-major with lengths, batch-major without
+            one = (zh and "one", zc and "one")
+            assert (mode, reset_after, *one, True, False) in seen
+            assert (mode, reset_after, *one, False, True) in seen
+    assert {(c.mode, c.reset_after) for c in zoned if c.masked and c.activation} >= {
+        ("lstm", True), ("gru", True), ("gru", False), ("rnn_tanh", True)}
+    assert any(c.masked and c.mode == "rnn_relu" for c in zoned)
+    assert all(c.num_layers == 1 and c.direction == "unidirectional" and not c.num_proj
+               and not c.skip_input and (c.mode == "lstm" or c.zoneout_c is None)
+               for c in zoned)
+
+
+def _zoned_both(case, w):
+    return dataclasses.replace(case, zoneout_h=w, zoneout_c=w if case.mode == "lstm" else None)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("model", [("lstm", True), ("gru", True), ("gru", False),
+                                   ("rnn_tanh", True)], ids=["lstm", "gru", "gru-reset-before",
+                                                             "rnn_tanh"])
+def test_zoneout_extremes(mod, alloc, rng, model, dtype):
+    # Weights 1 carry the new states: the run of the same (Keras') cells without zoneout.
+    # Weights 0 hold the initial states: the outputs are h_0, the cells get no gradient, and
+    # dL/dh_0 (dL/dc_0) is the sum of every step's and the final state's.
+    mode, reset_after = model
+    case = C.Case(mode, 1, 4, 3, lengths=C.VARLEN, activation="tanh",
+                  recurrent_activation="" if mode.startswith("rnn") else "sigmoid",
+                  reset_after=reset_after)
+    inp, cot = C.make_inputs(rng, case, dtype)
+    plain = C.run_forward(mod, alloc, case, dtype, inp)
+    plain_grads = C.run_backward(mod, alloc, case, dtype, inp, cot, plain["workspace_buffer"])
+    ones, zeros = _zoned_both(case, 1.0), _zoned_both(case, 0.0)
+    zin = dict(inp, **C.random_zoneout(rng, ones))
+    fwd = C.run_forward(mod, alloc, ones, dtype, zin)
+    grads = C.run_backward(mod, alloc, ones, dtype, zin, cot, fwd["workspace_buffer"])
+    tol = _path_tol(dtype)
+    for k in ("output", "output_h", "output_c"):
+        if plain[k] is not None:
+            C.assert_close(fwd[k], plain[k], tol, k)
+    for k, v in plain_grads.items():
+        if v is not None:
+            C.assert_close(grads[k], v, tol, k)
+
+    zin = dict(inp, **C.random_zoneout(rng, zeros))
+    fwd = C.run_forward(mod, alloc, zeros, dtype, zin)
+    grads = C.run_backward(mod, alloc, zeros, dtype, zin, cot, fwd["workspace_buffer"])
+    h0 = inp["input_h"][0]
+    out = fwd["output"]  # time-major
+    for b, n in enumerate(case.lengths):
+        assert np.array_equal(out[:n, b], np.broadcast_to(h0[b], out[:n, b].shape)), b
+    assert np.array_equal(fwd["output_h"], inp["input_h"])
+    dh0 = cot["dh"][0] + sum(np.where(t < np.array(case.lengths)[:, None], cot["dy"][t], 0.0)
+                             for t in range(case.time))
+    C.assert_close(grads["input_h_backprop"][0], dh0, tol, "input_h_backprop")
+    if mode == "lstm":
+        assert np.array_equal(fwd["output_c"], inp["input_c"])
+        assert np.array_equal(grads["input_c_backprop"], cot["dc"])
+    assert np.all(grads["params_backprop"] == 0.0) and np.all(grads["input_backprop"] == 0.0)
+
+
+@pytest.mark.parametrize("dtype", C.DTYPES)
+@pytest.mark.parametrize("mode", R.MODES)
+def test_zoneout_enters_reserve_header(mod, alloc, rng, mode, dtype):
+    # a backward without one of the forward's zoneouts, or with one value for its per-element
+    # weights, gets NaN (check_header_mismatch)
+    case = C.Case(mode, 1, 4, 3, lengths=C.VARLEN, zoneout_h=C.PER_ELEMENT,
+                  zoneout_c=0.9 if mode == "lstm" else None)
+    C.check_header_mismatch(mod, alloc, case, dtype, rng)
+
+
+def test_zoneout_scratch(mod):
+    # The weights in the compute type: staged for 16-bit storage, and for float/double per element
+    # when batch-major; read in place otherwise. Backward, LSTM's and the plain RNN's direct term
+    # of dL/dh_prev needs a buffer of its own (GRU has one).
+    for mode in R.MODES:
+        tm = C.Case(mode, 1, 4, 3, time=5).model_kwargs()
+        bm = dict(tm, time_major=False)
+        for which in ("forward", "backward"):
+            size = getattr(mod, "rnn_%s_scratch_bytes" % which)
+            direct = which == "backward" and mode != "gru"
+            for per_element in (True, False):
+                zoned = dict(zoneout_h=1, zoneout_h_per_element=per_element)
+                assert size("host", "half", **tm, **zoned) > size("host", "half", **tm)
+                for dtype in ("float32", "float64"):
+                    plain = size("host", dtype, **tm)
+                    got = size("host", dtype, **tm, **zoned)
+                    assert got > plain if direct else got == plain, (mode, which, dtype)
+                    staged = per_element or direct
+                    got, plain = size("host", dtype, **bm, **zoned), size("host", dtype, **bm)
+                    assert got > plain if staged else got == plain, (mode, which, dtype)
+
+
+def test_zoneout_c_only_for_lstm(mod):
+    for mode in ("gru", "rnn_relu", "rnn_tanh"):
+        kw = C.Case(mode, 1, 4, 3).model_kwargs()
+        assert mod.rnn_forward_scratch_bytes("host", "float32", **kw, zoneout_h=1) > 0
+        with pytest.raises(ValueError, match="zoneout_c"):
+            mod.rnn_forward_scratch_bytes("host", "float32", **kw, zoneout_c=1)
+
+
+# ------------------------------------------------------------------------------------------------
 # against the CPU TensorFlow op: same numbers, same reserve space
 # ------------------------------------------------------------------------------------------------
 
@@ -220,6 +351,14 @@ TF_CASES = [
            reset_after=False),
     C.Case("gru", 1, 4, 3, lengths=C.VARLEN, activation="elu", recurrent_activation="softsign",
            input_masks=True, recurrent_masks=True, reset_after=False),
+    # zoneout (CudnnRNNV3Keras): per element and one value, with operand masks in some
+    C.Case("lstm", 1, 4, 3, time_major=False, lengths=C.VARLEN, recurrent_masks=True,
+           zoneout_h=C.PER_ELEMENT, zoneout_c=C.PER_ELEMENT),
+    C.Case("lstm", 1, 4, 3, lengths=C.VARLEN, zoneout_h=0.9, zoneout_c=0.75),
+    C.Case("gru", 1, 4, 3, lengths=C.VARLEN, activation="softsign", input_masks=True,
+           zoneout_h=C.PER_ELEMENT, reset_after=False),
+    C.Case("gru", 1, 4, 3, time_major=False, zoneout_h=0.9),
+    C.Case("rnn_relu", 1, 4, 3, lengths=C.VARLEN, zoneout_h=C.PER_ELEMENT),
 ]
 
 
@@ -233,8 +372,8 @@ def tf_ops():
 
 
 def _keras_op(case):
-    """Whether the case needs the *Keras ops (Keras' cells or operand masks)."""
-    return (not case.reset_after or case.masked or case.activation
+    """Whether the case needs the *Keras ops (Keras' cells, operand masks or zoneout)."""
+    return (not case.reset_after or case.masked or case.zoned or case.activation
             or case.recurrent_activation)
 
 
@@ -254,9 +393,10 @@ def _tf_attrs(case):
 
 def _tf_forward(case, inp, dtype):
     kw = R.tf_forward_inputs(case.cfg, inp, dtype, case.lengths, 3, case.time_major)
-    if _keras_op(case):  # the masks as given, or [0] for none
-        kw.update({k: R.to_tf(inp[k] if getattr(case, k) else np.zeros([0]), dtype)
-                   for k in C.MASK_NAMES})
+    if _keras_op(case):  # the masks and zoneout weights as given, or [0] for none
+        kw.update({k + ("_weights" if k in C.ZONEOUT_NAMES else ""):
+                   R.to_tf(inp[k] if C.present(case, k) else np.zeros([0]), dtype)
+                   for k in C.MASK_NAMES + C.ZONEOUT_NAMES})
     name = "CudnnRNNV3Keras" if _keras_op(case) else "CudnnRNNV3"
     out = _plugin_op(name)(**kw, **_tf_attrs(case), is_training=True)
     return out, kw
@@ -371,6 +511,13 @@ def _persistent_cases():
                             input_masks=mode != "rnn_tanh", recurrent_masks=True))
     cases.append(C.Case("lstm", 1, 7, 2, time=3, batch=16, lengths=tuple(k % 4 for k in range(16)),
                         recurrent_masks=True))
+    # zoneout: the step functors blend the carried states
+    for k, (mode, reset_after) in enumerate((("lstm", True), ("gru", True), ("gru", False),
+                                             ("rnn_relu", True))):
+        cases.append(C.Case(mode, 1, 5, 3, time=5, batch=4, time_major=k % 2 == 0,
+                            lengths=(5, 0, 3, 1) if k < 2 else None, recurrent_masks=k == 2,
+                            reset_after=reset_after, zoneout_h=C.PER_ELEMENT if k != 3 else 0.9,
+                            zoneout_c=0.75 if mode == "lstm" else None))
     return cases
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import assert_gradients_to_second_order, tf_keras_dropout_masks
+from conftest import assert_gradients_to_second_order, keras_op_args, tf_keras_dropout_masks
 from tools.references import cudnn_rnn as R
 
 T, I, H = 5, 3, 4
@@ -22,16 +22,7 @@ def op(name):
 
 
 def op_args(cfg, inputs, lengths, masks, time_major, dtype):
-    empty = np.zeros([0])
-    return dict(
-        input=tf.constant(inputs["input"], dtype), input_h=tf.constant(inputs["input_h"], dtype),
-        input_c=tf.constant(0.0, dtype), params=tf.constant(inputs["params"], dtype),
-        sequence_lengths=tf.constant(lengths, tf.int32),
-        input_masks=tf.constant(empty if masks[0] is None else masks[0], dtype),
-        recurrent_masks=tf.constant(empty if masks[1] is None else masks[1], dtype),
-        rnn_mode="gru", direction=cfg.direction, time_major=time_major,
-        activation=cfg.activation, recurrent_activation=cfg.recurrent_activation,
-        reset_after=cfg.reset_after)
+    return keras_op_args(cfg, inputs, lengths, time_major, dtype, *masks)
 
 
 CASES = [  # (cfg, masks: "none", "recurrent" or "both")
@@ -109,7 +100,8 @@ def test_reset_after_false_is_for_gru_only(rnn_mode):
         op("CudnnRNNV3Keras")(
             input=tf.zeros([2, 1, 3]), input_h=tf.zeros([1, 1, 4]), input_c=tf.zeros([1, 1, 4]),
             params=tf.zeros([200]), sequence_lengths=tf.constant([2]), input_masks=tf.zeros([0]),
-            recurrent_masks=tf.zeros([0]), rnn_mode=rnn_mode, reset_after=False)
+            recurrent_masks=tf.zeros([0]), zoneout_h_weights=tf.zeros([0]),
+            zoneout_c_weights=tf.zeros([0]), rnn_mode=rnn_mode, reset_after=False)
 
 
 @pytest.mark.parametrize("masked", [False, True], ids=["plain", "masked"])
@@ -127,7 +119,9 @@ def test_first_and_second_order_gradients_in_float64(rng, masked):
         out = op("CudnnRNNV3Keras")(
             input=x, input_h=h, input_c=tf.constant(0.0, tf.float64), params=p,
             sequence_lengths=tf.constant([3, 2]), input_masks=masks[0],
-            recurrent_masks=masks[1], rnn_mode="gru", activation="silu", reset_after=False)
+            recurrent_masks=masks[1], zoneout_h_weights=tf.zeros([0], tf.float64),
+            zoneout_c_weights=tf.zeros([0], tf.float64), rnn_mode="gru", activation="silu",
+            reset_after=False)
         return tf.reduce_sum(out.output * dy) + tf.reduce_sum(out.output_h ** 2)
 
     assert_gradients_to_second_order(loss, [x0, h0, p0])

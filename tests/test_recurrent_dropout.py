@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import assert_gradients_to_second_order, tf_keras_dropout_masks
+from conftest import assert_gradients_to_second_order, keras_op_args, tf_keras_dropout_masks
 from tools.references import cudnn_rnn as R
 
 T, I, H = 5, 3, 4
@@ -30,16 +30,7 @@ def draw_masks(rng, cfg, B, which, rate=0.4):
 
 
 def op_args(cfg, inputs, lengths, masks, time_major, dtype):
-    c = inputs["input_c"] if cfg.is_lstm else np.zeros(())
-    empty = np.zeros([0])
-    return dict(
-        input=tf.constant(inputs["input"], dtype), input_h=tf.constant(inputs["input_h"], dtype),
-        input_c=tf.constant(c, dtype), params=tf.constant(inputs["params"], dtype),
-        sequence_lengths=tf.constant(lengths, tf.int32),
-        input_masks=tf.constant(empty if masks[0] is None else masks[0], dtype),
-        recurrent_masks=tf.constant(empty if masks[1] is None else masks[1], dtype),
-        rnn_mode=cfg.rnn_mode, time_major=time_major, activation=cfg.activation,
-        recurrent_activation=cfg.recurrent_activation)
+    return keras_op_args(cfg, inputs, lengths, time_major, dtype, *masks)
 
 
 def forward_and_backprop(args, cot, cfg, dtype):
@@ -101,7 +92,8 @@ def test_masks_of_ones_are_no_masks(rng):
     masked = op("CudnnRNNV3Keras")(**args)
     plain = op("CudnnRNNV3")(**{k: v for k, v in args.items()
                                 if k not in ("input_masks", "recurrent_masks", "activation",
-                                             "recurrent_activation")})
+                                             "recurrent_activation", "zoneout_h_weights",
+                                             "zoneout_c_weights", "reset_after")})
     np.testing.assert_array_equal(masked.output.numpy(), plain.output.numpy())
 
 
@@ -119,7 +111,8 @@ def test_first_and_second_order_gradients_in_float64(rng, cfg):
     def loss(x, h, p):
         out = op("CudnnRNNV3Keras")(
             input=x, input_h=h, input_c=c0, params=p, sequence_lengths=tf.constant([3, 2]),
-            input_masks=masks[0], recurrent_masks=masks[1], rnn_mode=cfg.rnn_mode,
+            input_masks=masks[0], recurrent_masks=masks[1], zoneout_h_weights=tf.zeros([0], x.dtype),
+            zoneout_c_weights=tf.zeros([0], x.dtype), rnn_mode=cfg.rnn_mode,
             activation=cfg.activation, recurrent_activation=cfg.recurrent_activation)
         return tf.reduce_sum(out.output * dy) + tf.reduce_sum(out.output_h ** 2)
 

@@ -25,6 +25,10 @@
 // A GRU resetting before (Keras' reset_after=False, docs/cudnn_rnn.md §4.8): a step's candidate
 // product reads r ⊙ h, so each step runs two products and two kernels, forward and backward (see
 // RnnEngine's HPrevGates), and the persistent forward two phases.
+// Zoneout (docs/cudnn_rnn.md §4.9; the models that take operand masks, with Keras' cells): the
+// step functors blend the new h (and LSTM's c) with the previous one, w ⊙ new + (1 - w) ⊙ prev,
+// on both forward paths; backward, their cell gets w ⊙ dh (w ⊙ dc), and (1 - w) ⊙ dh joins
+// dL/dh_prev as a direct term (GRU's, or one of its own), (1 - w) ⊙ dc dL/dc_prev.
 // The two directions of a layer run one after the other on the one stream; they are independent
 // and could run on two streams (not done: it would need events and a second cuBLAS workspace).
 //
@@ -115,6 +119,8 @@ TF_LSTM_HOST_DEVICE inline A XSide(const A* gx, const A* bias_w, int64_t g, int6
 
 // One LSTM step for one (row b, unit j): i = b*H + j. Rows past their length hold their state
 // and zero their saved gates. Without a projection m_out == h_out (Hr == H).
+// Zoneout (docs/cudnn_rnn.md §4.9; Keras' cells, no projection): the carried c and h blend the
+// new ones with c_prev and h_prev, m read the un-zoned c.
 template <typename A, typename Math>
 struct LstmStepFn {
   const A* xw;   // this step's W·x [B, 4H]
@@ -126,6 +132,7 @@ struct LstmStepFn {
   const int32_t* len;
   int64_t t, H, Hr;
   ActivationChoice acts{};
+  ZoneoutView<A> zone_h{}, zone_c{};  // step t's [B, H]
   TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
     const int64_t b = i / H, j = i % H, G = 4 * H;
     A* s = saved + b * kSavedGates * H;
@@ -145,6 +152,8 @@ struct LstmStepFn {
       }
       LstmAnyForwardAt<A, Math>(acts.act, acts.rec, pre[0], pre[1], pre[2], pre[3], c_prev[i],
                                 c_out + i, m_out + i);
+      c_out[i] = zone_c.Blend(i, c_out[i], c_prev[i]);
+      m_out[i] = zone_h.Blend(i, m_out[i], h_prev[i]);
       return;
     }
     const CellActivations<A> a = CudnnLstmForward<A, Math>(
@@ -158,7 +167,8 @@ struct LstmStepFn {
   }
 };
 
-// One GRU ("linear before reset") step; Hr == H.
+// One GRU ("linear before reset") step; Hr == H. Zoneout (Keras' cells) blends the new h with
+// h_prev.
 template <typename A, typename Math>
 struct GruStepFn {
   const A *xw, *rec, *bias_w, *bias_r, *h_prev;
@@ -166,6 +176,7 @@ struct GruStepFn {
   const int32_t* len;
   int64_t t, H;
   ActivationChoice acts{};
+  ZoneoutView<A> zone_h{};
   TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
     const int64_t b = i / H, j = i % H, G = 3 * H;
     A* s = saved + b * kSavedGates * H;
@@ -177,10 +188,13 @@ struct GruStepFn {
     const A* gx = xw + b * G;
     const A* gh = rec + b * G;
     if (acts.custom) {
-      h_out[i] = GruAnyForwardAt<A, Math>(
-          acts.act, acts.rec, XSide(gx, bias_w, 0, H, j), XSide(gx, bias_w, 1, H, j),
-          XSide(gx, bias_w, 2, H, j), XSide(gh, bias_r, 0, H, j), XSide(gh, bias_r, 1, H, j),
-          XSide(gh, bias_r, 2, H, j), h_prev[i], s, H, j);
+      h_out[i] = zone_h.Blend(
+          i,
+          GruAnyForwardAt<A, Math>(acts.act, acts.rec, XSide(gx, bias_w, 0, H, j),
+                                   XSide(gx, bias_w, 1, H, j), XSide(gx, bias_w, 2, H, j),
+                                   XSide(gh, bias_r, 0, H, j), XSide(gh, bias_r, 1, H, j),
+                                   XSide(gh, bias_r, 2, H, j), h_prev[i], s, H, j),
+          h_prev[i]);
       return;
     }
     const GruActivations<A> a = GruForward<A, Math>(
@@ -235,8 +249,9 @@ struct GruResetGatesFn {
   }
 };
 
-// Second kernel, from the candidate's product (rec's n columns): a_n and h. Rows past their
-// length hold their state (their saved gates are the first kernel's zeros).
+// Second kernel, from the candidate's product (rec's n columns): a_n and h (zoned: blended with
+// h_prev). Rows past their length hold their state (their saved gates are the first kernel's
+// zeros).
 template <typename A, typename Math>
 struct GruResetCandidateFn {
   const A *xw, *rec, *bias_w, *bias_r, *h_prev;
@@ -244,6 +259,7 @@ struct GruResetCandidateFn {
   const int32_t* len;
   int64_t t, H;
   ActivationChoice acts;
+  ZoneoutView<A> zone_h{};
   TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
     const int64_t b = i / H, j = i % H, G = 3 * H;
     if (t >= len[b]) {
@@ -253,12 +269,15 @@ struct GruResetCandidateFn {
     A* s = saved + b * kSavedGates * H;
     const A a_n = XSide(xw + b * G, bias_w, 2, H, j) + XSide(rec + b * G, bias_r, 2, H, j);
     s[2 * H + j] = a_n;
-    h_out[i] = GruAnyOutput(Activate<A, Math>(acts.rec, s[H + j]),
-                            Activate<A, Math>(acts.act, a_n), h_prev[i]);
+    h_out[i] = zone_h.Blend(i,
+                            GruAnyOutput(Activate<A, Math>(acts.rec, s[H + j]),
+                                         Activate<A, Math>(acts.act, a_n), h_prev[i]),
+                            h_prev[i]);
   }
 };
 
-// One plain RNN step (tanh or relu; Keras' activations: any, saving the pre-activation); Hr == H.
+// One plain RNN step (tanh or relu; Keras' activations: any, saving the pre-activation, and
+// zoneout blends the new h with h_prev); Hr == H.
 template <typename A, typename Math>
 struct SimpleStepFn {
   const A *xw, *rec, *bias_w, *bias_r, *h_prev;
@@ -268,6 +287,7 @@ struct SimpleStepFn {
   bool relu;
   A* saved = nullptr;  // [B, H] with Keras' activations (SavedGatesOf)
   ActivationChoice acts{};
+  ZoneoutView<A> zone_h{};
   TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
     const int64_t b = i / H, j = i % H;
     A* s = acts.custom ? saved + i : nullptr;
@@ -279,7 +299,7 @@ struct SimpleStepFn {
     const A a = XSide(xw + b * H, bias_w, 0, H, j) + XSide(rec + b * H, bias_r, 0, H, j);
     if (s != nullptr) {
       s[0] = a;
-      h_out[i] = Activate<A, Math>(acts.act, a);
+      h_out[i] = zone_h.Blend(i, Activate<A, Math>(acts.act, a), h_prev[i]);
       return;
     }
     h_out[i] = SimpleRnnForward<A, Math>(relu, a);
@@ -319,7 +339,7 @@ struct ProjSelectFn {
 // multiplies h_prev ⊙ masks[g] instead (staged unrounded, rounded per product under round_h).
 // A GRU resetting before takes two phases a step: the gates r and u as above, then, behind the
 // grid barrier (its operand needs every unit's r), the candidate's dot products on r ⊙ h_operand
-// staged from the saved gates.
+// staged from the saved gates. Zoneout is the step functors' (the h staged is the zoned one).
 template <typename T, typename A, typename Math>
 struct PersistentForwardFn {
   static constexpr int kParts = 4;
@@ -335,6 +355,7 @@ struct PersistentForwardFn {
   ActivationChoice acts;
   const T* masks;  // RnnRun's recurrent_masks [gates, B, H], or nullptr
   bool reset_before;  // a GRU resetting before (RnnModel::gru_reset_before)
+  Zoneout<A> zoneout;
 
   // Launch phases per step.
   TF_LSTM_HOST_DEVICE int64_t PhasesPerStep() const { return reset_before ? 2 : 1; }
@@ -417,30 +438,32 @@ struct PersistentForwardFn {
     } else {
       const A* xw_t = xw + t * batch * G;
       A* h_out = h + t * batch * H;
+      const ZoneoutView<A> zone_h = zoneout.h.At(t * batch * H);
       for (int64_t i = thread; i < batch * units_here; i += threads) {
         const int64_t at = (i / units_here) * H + j0 + i % units_here;  // b*H + j
         switch (mode) {
           case RnnMode::kLstm: {
             const A* c_prev = step == 0 ? c0 : c + TimeOf(dir, step - 1, time) * batch * H;
             LstmStepFn<A, Math>{xw_t,  rec,   bias_w, bias_r, h_prev, c_prev,
-                                h_out, c + t * batch * H, h_out, saved, len, t, H, H, acts}(at);
+                                h_out, c + t * batch * H, h_out, saved, len, t, H, H, acts,
+                                zone_h, zoneout.c.At(t * batch * H)}(at);
             break;
           }
           case RnnMode::kGru:
             if (candidate) {
               GruResetCandidateFn<A, Math>{xw_t, rec, bias_w, bias_r, h_prev, h_out, saved,
-                                           len, t, H, acts}(at);
+                                           len, t, H, acts, zone_h}(at);
             } else if (reset_before) {
               GruResetGatesFn<A, T, Math>{xw_t, rec,   bias_w, bias_r, h_prev, saved,
                                           masks, len,  t,      H,      batch,  acts}(at);
             } else {
               GruStepFn<A, Math>{xw_t, rec, bias_w, bias_r, h_prev, h_out, saved, len, t, H,
-                                 acts}(at);
+                                 acts, zone_h}(at);
             }
             break;
           default:
             SimpleStepFn<A, Math>{xw_t, rec, bias_w, bias_r, h_prev, h_out, len, t, H,
-                                  mode == RnnMode::kRnnRelu, saved, acts}(at);
+                                  mode == RnnMode::kRnnRelu, saved, acts, zone_h}(at);
         }
       }
     }
@@ -515,12 +538,13 @@ struct PrevStateFn {
 };
 
 // The gradient carried on h ([B, Hr]) into a step: after the previously processed step, rows
-// that ran take R^T·dgates (+ GRU's direct term); rows that did not pass theirs through.
+// that ran take R^T·dgates (+ the direct term); rows that did not pass theirs through.
 template <typename A>
 struct Carry {
   A* dh;            // carried gradient, updated in place
   const A* carry;   // R^T·dgates of the previous step (its GEMM)
-  const A* direct;  // GRU: dh·u of the previous step; else nullptr
+  const A* direct;  // the direct term of the previous step's dL/dh_prev (GRU's dh·u, zoneout's
+                    // (1 - w)·dh), or nullptr for none
   int64_t t_prev;   // time index of the previous step
   bool has_prev;    // false at the first processed step
   TF_LSTM_HOST_DEVICE A Update(int64_t i, int64_t len_b) const {
@@ -552,6 +576,9 @@ struct CarryFn {
 
 // LSTM backward step over [B, H]. Without a projection (dm == nullptr) it also does CarryFn's
 // work (Hr == H): dL/dm is the total dL/dh.
+// Zoneout (docs/cudnn_rnn.md §4.9; Keras' cells, no projection): the cell gets w_h·dh and
+// w_c·dc, and its c~ recomputed from the saved pre-activations where the saved c is zoned;
+// dL/dc_prev adds (1 - w_c)·dc, and direct gets dL/dh_prev's (1 - w_h)·dh.
 template <typename A, typename Math>
 struct LstmBackFn {
   Carry<A> carry;
@@ -562,6 +589,8 @@ struct LstmBackFn {
   const int32_t* len;
   int64_t t, H, DHr;
   ActivationChoice acts{};
+  ZoneoutView<A> zone_h{}, zone_c{};  // step t's [B, H]
+  A* direct = nullptr;                // [B, H] with zoneout of h (carry.direct)
   TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
     const int64_t b = i / H, j = i % H;
     const bool active = t < len[b];
@@ -579,25 +608,31 @@ struct LstmBackFn {
       return;
     }
     const A* s = saved + b * kSavedGates * H;
+    const A dc_cell = zone_c.ToNew(i, dc[i]), dm_cell = zone_h.ToNew(i, dm_j);
     A m_j;  // m = o * act(c)
     CellGradients<A> gr;
     if (acts.custom) {
-      gr = LstmAnyBackwardAt<A, Math>(acts.act, acts.rec, s, H, j, c[i], c_prev[i], dc[i], dm_j,
-                                      &m_j);
-    } else {
+      const A c_cell = zone_c.zoned()
+                           ? LstmAnyCellStateAt<A, Math>(acts.act, acts.rec, s, H, j, c_prev[i])
+                           : c[i];
+      gr = LstmAnyBackwardAt<A, Math>(acts.act, acts.rec, s, H, j, c_cell, c_prev[i], dc_cell,
+                                      dm_cell, &m_j);
+    } else {  // (never zoned)
       const A co = Math::Tanh(c[i]);
       gr = CudnnLstmBackward(s, H, j, c[i], co, c_prev[i], dc[i], dm_j);
       m_j = s[3 * H + j] * co;
     }
     StoreLstmGateGradients(gr, H, j, g);
-    dc[i] = gr.cs_prev_grad;
+    dc[i] = gr.cs_prev_grad + zone_c.ToPrevious(i, dc[i]);
+    if (direct != nullptr) direct[i] = zone_h.ToPrevious(i, dm_j);
     if (m_seq != nullptr) m_seq[i] = m_j;
   }
 };
 
 // GRU backward step over [B, H] (Hr == H); carry.direct == direct (read, then rewritten). A GRU
 // resetting before gets all but r's gate gradient (0 here; GruResetGateBackFn's, once the
-// candidate's product gives d(r ⊙ h)), and only dh·u in direct so far.
+// candidate's product gives d(r ⊙ h)), and only dh·u in direct so far. Zoneout
+// (docs/cudnn_rnn.md §4.9): the cell gets w·dh, direct adds (1 - w)·dh.
 template <typename A, typename Math>
 struct GruBackFn {
   Carry<A> carry;
@@ -608,6 +643,7 @@ struct GruBackFn {
   int64_t t, H, DHr;
   ActivationChoice acts{};
   bool reset_before = false;
+  ZoneoutView<A> zone_h{};  // step t's [B, H]
   TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
     const int64_t b = i / H, j = i % H;
     const bool active = t < len[b];
@@ -618,7 +654,7 @@ struct GruBackFn {
       for (int k = 0; k < 3; ++k) x_row[k * H + j] = h_row[k * H + j] = A(0);
       return;
     }
-    const A dh = v + dy_t[b * DHr + j];
+    const A dh = v + dy_t[b * DHr + j], dh_cell = zone_h.ToNew(i, dh);
     const A* s = saved + b * kSavedGates * H;
     GruGradients<A> g;
     if (reset_before) {
@@ -626,15 +662,15 @@ struct GruBackFn {
       g = GruResetCandidateBackward(
           Activate<A, Math>(acts.rec, a_u), Activate<A, Math>(acts.act, a_n),
           ActivationSlope<A, Math>(acts.rec, a_u), ActivationSlope<A, Math>(acts.act, a_n),
-          h_prev[i], dh);
+          h_prev[i], dh_cell);
     } else if (acts.custom) {
-      g = GruAnyBackwardAt<A, Math>(acts.act, acts.rec, s, H, j, h_prev[i], dh);
+      g = GruAnyBackwardAt<A, Math>(acts.act, acts.rec, s, H, j, h_prev[i], dh_cell);
     } else {
       g = GruBackward<A>(GruActivations<A>{s[j], s[H + j], s[2 * H + j], s[3 * H + j], A(0)},
-                         h_prev[i], dh);
+                         h_prev[i], dh_cell);
     }
     StoreGruGateGradients(g, H, j, x_row, h_row);
-    direct[i] = g.h_prev_direct;
+    direct[i] = g.h_prev_direct + zone_h.ToPrevious(i, dh);
   }
 };
 
@@ -661,7 +697,8 @@ struct GruResetGateBackFn {
   }
 };
 
-// Plain RNN backward step over [B, H].
+// Plain RNN backward step over [B, H]. Zoneout (docs/cudnn_rnn.md §4.9; Keras' cells): the
+// cell gets w·dh, direct dL/dh_prev's (1 - w)·dh.
 template <typename A, typename Math>
 struct SimpleBackFn {
   Carry<A> carry;
@@ -673,6 +710,8 @@ struct SimpleBackFn {
   bool relu;
   const A* saved = nullptr;  // row t [B, H] with Keras' activations: the pre-activations
   ActivationChoice acts{};
+  ZoneoutView<A> zone_h{};  // step t's [B, H]
+  A* direct = nullptr;      // [B, H] with zoneout (carry.direct)
   TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
     const int64_t b = i / H, j = i % H;
     const bool active = t < len[b];
@@ -680,8 +719,9 @@ struct SimpleBackFn {
     if (!active) {
       gx[i] = A(0);
     } else if (acts.custom) {
-      gx[i] = (v + dy_t[b * DHr + j]) *
-              ActivationSlope<A, Math>(acts.act, saved[i]);
+      const A dh = v + dy_t[b * DHr + j];
+      gx[i] = zone_h.ToNew(i, dh) * ActivationSlope<A, Math>(acts.act, saved[i]);
+      if (direct != nullptr) direct[i] = zone_h.ToPrevious(i, dh);
     } else {
       gx[i] = SimpleRnnBackward<A>(relu, h[i], v + dy_t[b * DHr + j]);
     }
@@ -900,6 +940,41 @@ struct RnnEngine {
     return buf;
   }
 
+  // ---- zoneout (docs/cudnn_rnn.md §4.9) ------------------------------------------------------
+  // Each zoned state's weights are converted to the compute type once a call, as the inputs are:
+  // per element to time-major [T·B, H] (ToTimeMajor), or the one value; in place where T == A
+  // allows. The step functors blend (forward) and split the state gradients (backward) with
+  // them: Zoneout, ZoneoutView.
+
+  struct ZoneoutStaging {
+    A *h, *c;  // the weights of h and c in A, where converted
+  };
+  static A* TakeZoneoutState(ScratchCarver* s, const RnnRun& run, const RnnZoneout& z,
+                             int64_t H) {
+    const bool staged = z.active() && !(kSame && (run.time_major || !z.per_element));
+    return s->template Take<A>(!staged ? 0 : z.per_element ? run.time * run.batch * H : 1);
+  }
+  static ZoneoutStaging TakeZoneout(ScratchCarver* s, const RnnRun& run, int64_t H) {
+    return {TakeZoneoutState(s, run, run.zoneout_h, H), TakeZoneoutState(s, run, run.zoneout_c, H)};
+  }
+  static cudaError_t ConvertZoneoutState(Backend& be, const RnnRun& run, int64_t H,
+                                         const RnnZoneout& z, A* staging,
+                                         ZoneoutWeights<A>* out) {
+    *out = {};
+    if (!z.active()) return cudaSuccess;
+    out->per_element = z.per_element;
+    const T* keep = static_cast<const T*>(z.keep);
+    return z.per_element ? ToTimeMajor(be, run, H, keep, staging, &out->keep)
+                         : AsAcc(be, keep, 1, staging, &out->keep);
+  }
+  static cudaError_t ConvertZoneout(Backend& be, const RnnRun& run, int64_t H,
+                                    const ZoneoutStaging& staging,
+                                    Zoneout<A>* out) {
+    TF_LSTM_GPU_RETURN_IF_ERROR(
+        ConvertZoneoutState(be, run, H, run.zoneout_h, staging.h, &out->h));
+    return ConvertZoneoutState(be, run, H, run.zoneout_c, staging.c, &out->c);
+  }
+
   struct ForwardBuffers {
     A *params, *x, *h0, *c0;  // compute-type copies (x: none when T == A and time-major, or
                               // when !Layer0InputInA)
@@ -908,6 +983,7 @@ struct RnnEngine {
     T* reset_operand_lo;  // LoOperands, GRU resetting before: a step's r ⊙ h_operand [B, H]
     MaskedBuffer masked;  // operand masks: x ⊙ input_masks[g] (a gate at a time), then
                           // h_prev ⊙ recurrent_masks (every gate)
+    ZoneoutStaging zoneout;
     int32_t* len;
     void* blas;
   };
@@ -937,6 +1013,7 @@ struct RnnEngine {
     f.reset_operand_lo = s.Take<T>(lo && m.gru_reset_before ? B * H : 0);
     f.masked = TakeMasked(&s, lo, std::max(run.input_masks ? rows * m.input_size : 0,
                                            run.recurrent_masks ? m.gates() * B * Hr : 0));
+    f.zoneout = TakeZoneout(&s, run, H);
     *bytes = s.Bytes();
     return f;
   }
@@ -954,6 +1031,7 @@ struct RnnEngine {
     // masked sum is a masked operand's gradient (dL/dh_prev: every gate; dx: a gate at a time).
     MaskedBuffer masked;
     A* gate_products;
+    ZoneoutStaging zoneout;
     void* blas;
   };
 
@@ -983,7 +1061,7 @@ struct RnnEngine {
     b.m_seq = s.Take<A>(m.has_proj() ? rows * H : 0);
     b.dm = s.Take<A>(m.has_proj() ? B * H : 0);
     b.carry = s.Take<A>(B * Hr);
-    b.direct = gru ? s.Take<A>(B * Hr) : nullptr;
+    b.direct = gru || run.zoneout_h.active() ? s.Take<A>(B * Hr) : nullptr;
     b.h_prev_seq = s.Take<A>(rows * Hr);
     const int64_t max_in = std::max(m.input_size, m.num_dirs * Hr);
     b.dx[0] = s.Take<A>(rows * max_in);
@@ -1002,6 +1080,7 @@ struct RnnEngine {
     b.masked = TakeMasked(&s, lo, std::max(x_masked, run.recurrent_masks ? rows * Hr : 0));
     b.gate_products =
         s.Take<A>(std::max(x_masked, run.recurrent_masks ? m.gates() * B * Hr : 0));
+    b.zoneout = TakeZoneout(&s, run, H);
     *bytes = s.Bytes();
     return b;
   }
@@ -1221,7 +1300,8 @@ struct RnnEngine {
   static cudaError_t ForwardRecurrencePersistent(Backend& be, const RnnModel& m,
                                                  const RnnRun& run, const PersistentPlan& plan,
                                                  const Layer& pl, const int32_t* len,
-                                                 const ForwardBuffers& f) {
+                                                 const ForwardBuffers& f,
+                                                 const Zoneout<A>& zoneout) {
     const int64_t splits =
         PersistentFn::Splits(run.batch * m.gates() * plan.units_per_block, kPersistentThreads);
     const PersistentFn fn{pl.r,      f.xw,      pl.bias_w,   pl.bias_r, pl.h0,
@@ -1229,7 +1309,7 @@ struct RnnEngine {
                           len,       run.time,  run.batch,   m.num_units, pl.dir,
                           m.gates(), plan.units_per_block, kPersistentThreads, m.mode, splits,
                           LoOperands(m), m.activations(), RecurrentMasks(run),
-                          m.gru_reset_before};
+                          m.gru_reset_before, zoneout};
     return be.Persistent(plan.blocks, kPersistentThreads, plan.shared_bytes,
                          run.time * fn.PhasesPerStep(), PersistentFn::kParts, fn);
   }
@@ -1244,8 +1324,9 @@ struct RnnEngine {
   // f.reset_operand_lo under lo).
   static cudaError_t ForwardRecurrencePerStep(Backend& be, const RnnModel& m, const RnnRun& run,
                                               const Layer& pl, const int32_t* len,
-                                              const ForwardBuffers& f, const T* params,
-                                              const T* input_h) {
+                                              const ForwardBuffers& f,
+                                              const Zoneout<A>& zoneout,
+                                              const T* params, const T* input_h) {
     using namespace rnn_detail;  // NOLINT
     const int64_t T_ = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
     const int64_t G = m.gate_width();
@@ -1262,6 +1343,7 @@ struct RnnEngine {
                                              : f.h_lo + ((step - 1) & 1) * B * H)
                                 : nullptr;
       T* h_lo = lo_h ? f.h_lo + (step & 1) * B * H : nullptr;
+      const ZoneoutView<A> zone_h = zoneout.h.At(t * B * H);
       TF_LSTM_GPU_RETURN_IF_ERROR(GateProducts(be, m, lo, B, Hr, B, h_prev, h_prev_lo,
                                                RecurrentMasks(run), HPrevGates(m),
                                                HPrevGates(m), f.masked, pl.r,
@@ -1285,7 +1367,8 @@ struct RnnEngine {
           TF_LSTM_GPU_RETURN_IF_ERROR(
               launch(LstmStepFn<A, Math>{xw_t, f.rec, pl.bias_w, pl.bias_r, h_prev,
                                          pl.c_before(step, T_, B), h_out, pl.c + t * B * H,
-                                         m_out, saved, len, t, H, Hr, m.activations()}));
+                                         m_out, saved, len, t, H, Hr, m.activations(), zone_h,
+                                         zoneout.c.At(t * B * H)}));
           if (m.has_proj()) {  // h = Pmat·m for the rows that ran
             A* dst = has_len ? f.proj_buf : h_out;
             TF_LSTM_GPU_RETURN_IF_ERROR(
@@ -1310,18 +1393,18 @@ struct RnnEngine {
                 f.rec + CandidateColumn(m), G));
             TF_LSTM_GPU_RETURN_IF_ERROR(
                 launch(GruResetCandidateFn<A, Math>{xw_t, f.rec, pl.bias_w, pl.bias_r, h_prev,
-                                                    h_out, saved, len, t, H,
-                                                    m.activations()}));
+                                                    h_out, saved, len, t, H, m.activations(),
+                                                    zone_h}));
           } else {
             TF_LSTM_GPU_RETURN_IF_ERROR(launch(GruStepFn<A, Math>{
                 xw_t, f.rec, pl.bias_w, pl.bias_r, h_prev, h_out, saved, len, t, H,
-                m.activations()}));
+                m.activations(), zone_h}));
           }
           break;
         default:
           TF_LSTM_GPU_RETURN_IF_ERROR(launch(SimpleStepFn<A, Math>{
               xw_t, f.rec, pl.bias_w, pl.bias_r, h_prev, h_out, len, t, H,
-              m.mode == RnnMode::kRnnRelu, saved, m.activations()}));
+              m.mode == RnnMode::kRnnRelu, saved, m.activations(), zone_h}));
       }
     }
     return cudaSuccess;
@@ -1332,7 +1415,8 @@ struct RnnEngine {
   static cudaError_t ForwardLayer(Backend& be, const RnnModel& m, const RnnRun& run,
                                   const PersistentPlan& plan, const Layer& pl,
                                   const int32_t* len, const A* x, const ForwardBuffers& f,
-                                  A* y, const T* x_lo, const T* params, const T* input_h) {
+                                  const Zoneout<A>& zoneout, A* y, const T* x_lo,
+                                  const T* params, const T* input_h) {
     using namespace rnn_detail;  // NOLINT
     const int64_t T_ = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
     const int64_t G = m.gate_width(), D = m.num_dirs, rows = T_ * B;
@@ -1348,9 +1432,11 @@ struct RnnEngine {
     }
     // The persistent launch where planned; per step when not, or when it did not fit after all.
     cudaError_t status = cudaErrorCooperativeLaunchTooLarge;
-    if (plan.blocks > 0) status = ForwardRecurrencePersistent(be, m, run, plan, pl, len, f);
+    if (plan.blocks > 0) {
+      status = ForwardRecurrencePersistent(be, m, run, plan, pl, len, f, zoneout);
+    }
     if (status == cudaErrorCooperativeLaunchTooLarge) {
-      status = ForwardRecurrencePerStep(be, m, run, pl, len, f, params, input_h);
+      status = ForwardRecurrencePerStep(be, m, run, pl, len, f, zoneout, params, input_h);
     }
     TF_LSTM_GPU_RETURN_IF_ERROR(status);
     // This direction's half of the layer output.
@@ -1391,6 +1477,8 @@ struct RnnEngine {
     }
     TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, input_h, LD * B * Hr, f.h0, &h0));
     if (lstm) TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, input_c, LD * B * H, f.c0, &c0));
+    Zoneout<A> zoneout;
+    TF_LSTM_GPU_RETURN_IF_ERROR(ConvertZoneout(be, run, H, f.zoneout, &zoneout));
 
     const bool lo = LoOperands(m);
     for (int64_t l = 0; l < m.num_layers; ++l) {
@@ -1415,7 +1503,7 @@ struct RnnEngine {
         const int64_t p = l * D + dir;
         const Layer pl(m, p, P, ws, lay, h0, c0, B);
         TF_LSTM_GPU_RETURN_IF_ERROR(
-            ForwardLayer(be, m, run, plan, pl, f.len, x, f, y, x_lo, params, input_h));
+            ForwardLayer(be, m, run, plan, pl, f.len, x, f, zoneout, y, x_lo, params, input_h));
         // Final state: after the last processed step (rows past their end held it there).
         const int64_t t_last = TimeOf(dir, T_ - 1, T_);
         TF_LSTM_GPU_RETURN_IF_ERROR(
@@ -1445,7 +1533,8 @@ struct RnnEngine {
   // state gradients), writes its params gradients, input_h/c_backprop, and adds dL/dx to dx.
   // x_lo, params: LoOperands' layer input and params in T (else unused).
   static cudaError_t BackwardLayer(Backend& be, const RnnModel& m, const RnnRun& run,
-                                   const Layer& pl, const BackwardBuffers& s, const A* x,
+                                   const Layer& pl, const BackwardBuffers& s,
+                                   const Zoneout<A>& zoneout, const A* x,
                                    const A* dy, A* dparams, A* dx, T* input_h_backprop,
                                    T* input_c_backprop, const T* x_lo, const T* params) {
     using namespace rnn_detail;  // NOLINT
@@ -1465,6 +1554,7 @@ struct RnnEngine {
       const A* dy_t = dy + t * B * DHr + pl.dir * Hr;
       A* dgx_t = s.dgx + t * B * G;
       A* dgh_t = s.dgh + t * B * G;
+      const ZoneoutView<A> zone_h = zoneout.h.At(t * B * H);
       // A kernel of the step, mirroring the gate gradients it wrote (gates [first, end)) into T
       // when lo.
       auto launch_gates = [&](const auto& fn, int64_t first, int64_t end) {
@@ -1495,14 +1585,15 @@ struct RnnEngine {
         TF_LSTM_GPU_RETURN_IF_ERROR(
             launch(LstmBackFn<A, Math>{carry, dy_t, dm, pl.gates + t * B * kSavedGates * H,
                                        pl.c + t * B * H, pl.c_before(step, T_, B), s.dc,
-                                       dgx_t, m_seq, len, t, H, DHr, m.activations()}));
+                                       dgx_t, m_seq, len, t, H, DHr, m.activations(), zone_h,
+                                       zoneout.c.At(t * B * H), s.direct}));
       } else if (gru) {
         const A* saved = pl.gates + t * B * kSavedGates * H;
         const A* h_prev = s.h_prev_seq + t * B * Hr;
         // (resetting before, r's gate gradient comes after the candidate's product, below)
         TF_LSTM_GPU_RETURN_IF_ERROR(launch_gates(
             GruBackFn<A, Math>{carry, dy_t, saved, h_prev, dgx_t, dgh_t, s.direct, len, t, H,
-                               DHr, m.activations(), m.gru_reset_before},
+                               DHr, m.activations(), m.gru_reset_before, zone_h},
             m.gru_reset_before ? 1 : 0, m.gates()));
         if (m.gru_reset_before) {  // d(r ⊙ h_operand) = d_n·R_n, then r's gate gradient
           const int64_t n_col = CandidateColumn(m), r_n = CandidateOffsetInR(m);
@@ -1518,8 +1609,8 @@ struct RnnEngine {
       } else {
         TF_LSTM_GPU_RETURN_IF_ERROR(launch(SimpleBackFn<A, Math>{
             carry, dy_t, pl.h + t * B * Hr, dgx_t, len, t, H, DHr, relu,
-            m.custom_activations ? pl.gates + t * B * H : nullptr,
-            m.activations()}));
+            m.keras_cells() ? pl.gates + t * B * H : nullptr, m.activations(), zone_h,
+            s.direct}));
       }
       // R^T through the recurrent-side gate gradients of the gates reading h_prev (and the
       // recurrent masks): the next step's carried gradient.
@@ -1618,6 +1709,8 @@ struct RnnEngine {
       TF_LSTM_GPU_RETURN_IF_ERROR(ToTimeMajor(be, run, D * Hr, output_backprop, s.dy, &dy_top));
       TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, output_h_backprop, LD * B * Hr, s.dhT, &dhT));
       if (lstm) TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, output_c_backprop, LD * B * H, s.dcT, &dcT));
+      Zoneout<A> zoneout;
+      TF_LSTM_GPU_RETURN_IF_ERROR(ConvertZoneout(be, run, H, s.zoneout, &zoneout));
       TF_LSTM_GPU_RETURN_IF_ERROR(Fill(be, s.ones, rows, A(1)));
       // Every params region is overwritten by a GEMM: no zeroing needed.
       A* dparams;
@@ -1646,8 +1739,8 @@ struct RnnEngine {
           const Layer pl(m, p, P, ws, lay, h0, c0, B);
           TF_LSTM_GPU_RETURN_IF_ERROR(be.Copy(s.dh, dhT + p * B * Hr, B * Hr * sizeof(A)));
           if (lstm) TF_LSTM_GPU_RETURN_IF_ERROR(be.Copy(s.dc, dcT + p * B * H, B * H * sizeof(A)));
-          TF_LSTM_GPU_RETURN_IF_ERROR(BackwardLayer(be, m, run, pl, s, x, dy, dparams, dx,
-                                                    input_h_backprop, input_c_backprop, x_lo,
+          TF_LSTM_GPU_RETURN_IF_ERROR(BackwardLayer(be, m, run, pl, s, zoneout, x, dy, dparams,
+                                                    dx, input_h_backprop, input_c_backprop, x_lo,
                                                     params));
         }
         if (l > 0) {  // through the dropout between layers l-1 and l (in place)

@@ -19,8 +19,9 @@ namespace gpu {
 // of RnnWorkspaceBytes(m, run, dropout.active(m), sizeof(Acc)) bytes; the call writes its
 // header (MakeReserveHeader) and saved activations in the CPU kernels' exact format.
 // output_c is nullptr for non-LSTM modes. The run's operand masks (RnnRun::input_masks,
-// recurrent_masks) are device memory in T, read by the forward and again by the backprop, which
-// must get the forward's (the reserve header records which were present).
+// recurrent_masks) and zoneout weights (RnnRun::zoneout_h, zoneout_c; docs/cudnn_rnn.md §4.9) are
+// device memory in T, read by the forward and again by the backprop, which must get the
+// forward's (the reserve header records which were present, and how the weights were given).
 template <typename T>
 size_t RnnForwardScratchBytes(const RnnModel& m, const RnnRun& run, const RnnDropout& dropout);
 template <typename T>

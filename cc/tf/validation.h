@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "cc/core/cudnn_rnn_types.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
@@ -97,6 +98,31 @@ inline absl::Status ValidateSameShape(tensorflow::OpKernelContext* ctx,
     TF_RETURN_IF_ERROR(ctx->input(name, &t));
     TF_RETURN_IF_ERROR(CheckShape(*t, name, dims));
   }
+  return absl::OkStatus();
+}
+
+// Zoneout weights of one state (docs/cudnn_rnn.md §4.9) into *slot: the empty vector [0] (not
+// zoned), a scalar (one weight for all) or [T, B, units] in the input's layout ([B, T, units]
+// batch-major), rank first; anything else is an error naming the input.
+inline absl::Status ResolveZoneoutWeights(const tensorflow::Tensor& t, const char* name,
+                                          int64_t time, int64_t batch, bool time_major,
+                                          int64_t units, RnnZoneout* slot) {
+  *slot = RnnZoneout{};
+  if (t.dims() == 1 && t.dim_size(0) == 0) return absl::OkStatus();  // not zoned
+  if (t.dims() != 0 && t.dims() != 3) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, " must be rank 3 (", time_major ? "[max_time, batch_size, num_units]"
+                                              : "[batch_size, max_time, num_units]",
+        "), a scalar or the empty vector [0] (none) but is rank ", t.dims(), " (shape ",
+        t.shape().DebugString(), ")"));
+  }
+  if (t.dims() == 3) {
+    const NamedDim steps{time, "max_time"}, rows{batch, "batch_size"};
+    TF_RETURN_IF_ERROR(CheckShape(t, name, {time_major ? steps : rows, time_major ? rows : steps,
+                                            {units, "num_units"}}));
+  }
+  slot->keep = t.tensor_data().data();
+  slot->per_element = t.dims() == 3;
   return absl::OkStatus();
 }
 

@@ -11,8 +11,8 @@ applies none) and differentiates that, so an inference call (a Keras layer's tra
 lean and can still be differentiated (input saliency, gradient penalties). An output gradient the
 tape leaves out counts as zeros; input_c gets a zero gradient outside LSTM mode (the op ignores it
 there), and V3's integer sequence_lengths none. CudnnRNNV3Keras also passes its operand masks
-(Keras' recurrent dropout), which are constants: no gradient flows to them, as none flows to
-Keras' masks (drawn by dropout from ones).
+(Keras' recurrent dropout) and zoneout weights, which are constants: no gradient flows to them,
+as none flows to Keras' masks (drawn by dropout from ones) or to zoneout's (drawn, or its rate).
 """
 
 import tensorflow as tf
@@ -32,7 +32,8 @@ def _cudnn_rnn_grad(op, grads, backprop_op, version, forward_op=None):
     if version == 3:
         args["sequence_lengths"] = op.inputs[4]
     if forward_op is not None:
-        args.update(input_masks=op.inputs[5], recurrent_masks=op.inputs[6])
+        args.update(input_masks=op.inputs[5], recurrent_masks=op.inputs[6],
+                    zoneout_h_weights=op.inputs[7], zoneout_c_weights=op.inputs[8])
     args.update((name, op.get_attr(name)) for name in attrs)
     outputs = op.outputs
     if not op.get_attr("is_training"):
@@ -53,7 +54,7 @@ def _cudnn_rnn_grad(op, grads, backprop_op, version, forward_op=None):
     input_grad, h_grad, c_grad, params_grad = library.op(backprop_op)(**args)
     if args["rnn_mode"] not in ("lstm", b"lstm"):  # input_c is unused (any shape): zero gradient
         c_grad = tf.zeros_like(args["input_c"])
-    others = ([None] if version == 3 else []) + ([None, None] if forward_op is not None else [])
+    others = ([None] if version == 3 else []) + ([None] * 4 if forward_op is not None else [])
     return [input_grad, h_grad, c_grad, params_grad] + others
 
 

@@ -17,7 +17,8 @@ replayed, so the composite is the very function the Backprop op differentiated.
 The saved `output`, `output_h`, `output_c` and `reserve_space` inputs get no gradient: the
 composite recomputes them from θ, so the total derivative is already in θ's gradient.
 CudnnRNNBackpropV3Keras's operand masks (Keras' recurrent dropout) are constants, multiplied into
-each gate's product as the kernels do (docs/keras_layers.md §5).
+each gate's product as the kernels do (docs/keras_layers.md §5), and so are its zoneout weights,
+blending each new state with the previous one (docs/cudnn_rnn.md §4.9).
 """
 
 import tensorflow as tf
@@ -40,6 +41,23 @@ def _operand_mask(op, mask, name):
     raise ValueError(
         "the gradient of %s (second derivatives) needs %s's rank when the graph is built: 1 "
         "(none) or 3; got %s" % (op.type, name, mask.shape))
+
+
+def _zoneout_weights(op, weights, name):
+    """A zoneout weights input: None when it is the empty vector (not zoned), else the tensor
+    (a scalar, or [T, B, H] in the input's layout)."""
+    if weights.shape.rank == 1:
+        return None
+    if weights.shape.rank in (0, 3):
+        return weights
+    raise ValueError(
+        "the gradient of %s (second derivatives) needs %s's rank when the graph is built: 0, 1 "
+        "(none) or 3; got %s" % (op.type, name, weights.shape))
+
+
+def _zone(weights, new, previous):
+    """Zoneout's carried state: weights·new + (1 - weights)·previous (docs/cudnn_rnn.md §4.9)."""
+    return weights * new + (1 - weights) * previous
 
 
 def _static_dim(op, tensor, axis, name):
@@ -95,8 +113,15 @@ class _Model:
             self.input_masks, self.recurrent_masks = (
                 _operand_mask(op, op.inputs[k], name)
                 for k, name in ((13, "input_masks"), (14, "recurrent_masks")))
-        if self.input_masks is not None or self.recurrent_masks is not None:
-            self.lstm_by_block = False  # BlockLSTMV2 has no per-gate operands
+        # the zoneout weights of h and c (inputs 15, 16), or None
+        self.zoneout = (None, None)
+        if keras_op:
+            self.zoneout = tuple(_zoneout_weights(op, op.inputs[k], name)
+                                 for k, name in ((15, "zoneout_h_weights"),
+                                                 (16, "zoneout_c_weights")))
+        if (self.input_masks is not None or self.recurrent_masks is not None
+                or any(w is not None for w in self.zoneout)):
+            self.lstm_by_block = False  # BlockLSTMV2 has no per-gate operands, nor zoneout
 
     def layer_input(self, layer):
         return self.I if layer == 0 else self.D * self.Hr
@@ -197,6 +222,11 @@ class _Model:
         valid = tf.expand_dims(tf.sequence_mask(lengths, steps, dtype=tf.bool), -1)  # [B, T, 1]
         valid = tf.transpose(valid, [1, 0, 2])
         layers = self.unpack(params)
+        # zoneout (one layer, one direction): scalar weights, or per step [T, B, H]
+        self.zoneout_steps = tuple(
+            None if w is None else tf.transpose(tf.cast(w, x.dtype), [1, 0, 2])
+            if w.shape.rank == 3 and not self.time_major else tf.cast(w, x.dtype)
+            for w in self.zoneout)
         final_h, final_c = [], []
         inputs = x
         # On the CPU an LSTM without projection runs as BlockLSTMV2, so that its second
@@ -227,15 +257,25 @@ class _Model:
         where a step is valid, zeros elsewhere."""
         del lengths  # `valid` holds them
         lstm = self.mode == "lstm"
+        # zoneout's per-step weights go through the scan with the inputs, scalar ones are
+        # constants of the step
+        per_step = [w for w in self.zoneout_steps if w is not None and w.shape.rank == 3]
 
         def cell(carry, elems):
             h, c = carry if lstm else (carry, None)
-            ax_t, valid_t = elems
+            ax_t, valid_t, *step_weights = elems
             h_new, c_new = self.step(weights, ax_t, h, c)
+            step_weights = iter(step_weights)
+            zoned = [None if w is None else next(step_weights) if w.shape.rank == 3 else w
+                     for w in self.zoneout_steps]
+            if zoned[0] is not None:  # (the new h read the un-zoned new c)
+                h_new = _zone(zoned[0], h_new, h)
+            if zoned[1] is not None:
+                c_new = _zone(zoned[1], c_new, c)
             h_new = tf.where(valid_t, h_new, h)
             return (h_new, tf.where(valid_t, c_new, c)) if lstm else h_new
 
-        states = tf.scan(cell, (self.input_side(weights, inputs), valid),
+        states = tf.scan(cell, (self.input_side(weights, inputs), valid, *per_step),
                          initializer=(h0, c0) if lstm else h0, reverse=reverse)
         hs, cs = states if lstm else (states, None)
         ys = tf.where(valid, hs, tf.zeros_like(hs))
@@ -354,4 +394,5 @@ for _prefix in (OP_NAMESPACE, ""):
         tf.RegisterGradient(_prefix + _name)(
             lambda op, *grads, _version=_version: _backprop_grad(op, grads, _version))
 tf.RegisterGradient(OP_NAMESPACE + "CudnnRNNBackpropV3Keras")(
-    lambda op, *grads: _backprop_grad(op, grads, 3) + [None, None])  # the operand masks
+    # the operand masks and zoneout weights
+    lambda op, *grads: _backprop_grad(op, grads, 3) + [None] * 4)

@@ -9,7 +9,10 @@
 //   ops' attribute values; "" = cuDNN's), input_masks and recurrent_masks (RnnRun's operand
 //   masks [G, B, I] / [G, B, H] in the dtype, on the backend's memory, or 0 for none; the size
 //   and header functions only ask whether each is non-zero), reset_after (false: the GRU
-//   resetting before, Keras' GRU(reset_after=False); gru only)
+//   resetting before, Keras' GRU(reset_after=False); gru only), zoneout_h and zoneout_c
+//   (RnnRun's zoneout weights, docs/cudnn_rnn.md §4.9: [T, B, H] in the run's layout, or with
+//   zoneout_*_per_element false one value, in the dtype on the backend's memory; 0 for none; c's
+//   for lstm only; the models that take operand masks)
 // and, where it matters, the dropout (rate, seed, call). Pointers are Python ints.
 #include <pybind11/stl.h>
 
@@ -40,8 +43,9 @@ struct RnnCall {
           int64_t num_proj, int64_t num_dirs, bool skip_input, int64_t time, int64_t batch,
           bool time_major, const std::optional<std::vector<int32_t>>& lens,
           const std::string& activation, const std::string& recurrent_activation,
-          uintptr_t input_masks, uintptr_t recurrent_masks, bool reset_after, double rate = 0,
-          uint64_t seed = 0, uint64_t call = 0) {
+          uintptr_t input_masks, uintptr_t recurrent_masks, bool reset_after,
+          uintptr_t zoneout_h, bool zoneout_h_per_element, uintptr_t zoneout_c,
+          bool zoneout_c_per_element, double rate = 0, uint64_t seed = 0, uint64_t call = 0) {
     RnnMode rnn_mode;
     if (mode == "lstm") {
       rnn_mode = RnnMode::kLstm;
@@ -83,6 +87,17 @@ struct RnnCall {
       throw py::value_error("operand masks need one layer, one direction, linear input and no "
                             "projection");
     }
+    // (per_element only where zoned, as the OpKernels set it: the reserve header hashes it)
+    run.zoneout_h = RnnZoneout{Ptr<const void>(zoneout_h), zoneout_h != 0 && zoneout_h_per_element};
+    run.zoneout_c = RnnZoneout{Ptr<const void>(zoneout_c), zoneout_c != 0 && zoneout_c_per_element};
+    if (run.zoned() && !RnnTakesMasks(m)) {
+      throw py::value_error("zoneout needs one layer, one direction, linear input and no "
+                            "projection");
+    }
+    if (run.zoneout_c.active() && rnn_mode != RnnMode::kLstm) {
+      throw py::value_error("zoneout_c needs mode lstm");
+    }
+    m.zoneout = run.zoned();  // as the OpKernels set it: Keras' cells
     if (lens) {
       lengths = *lens;
       if (static_cast<int64_t>(lengths.size()) != batch) {
@@ -111,18 +126,22 @@ struct RnnCall {
       int64_t num_proj, int64_t num_dirs, bool skip_input, int64_t time, int64_t batch,     \
       bool time_major, const std::optional<std::vector<int32_t>>&lengths,                   \
       const std::string &activation, const std::string &recurrent_activation,               \
-      uintptr_t input_masks, uintptr_t recurrent_masks, bool reset_after
+      uintptr_t input_masks, uintptr_t recurrent_masks, bool reset_after,                   \
+      uintptr_t zoneout_h, bool zoneout_h_per_element, uintptr_t zoneout_c,                 \
+      bool zoneout_c_per_element
 #define TF_LSTM_RNN_MODEL_VALUES                                                             \
   mode, num_layers, num_units, input_size, num_proj, num_dirs, skip_input, time, batch,     \
       time_major, lengths, activation, recurrent_activation, input_masks, recurrent_masks,  \
-      reset_after
+      reset_after, zoneout_h, zoneout_h_per_element, zoneout_c, zoneout_c_per_element
 #define TF_LSTM_RNN_MODEL_PYARGS                                                             \
   py::arg("mode"), py::arg("num_layers"), py::arg("num_units"), py::arg("input_size"),     \
       py::arg("num_proj"), py::arg("num_dirs"), py::arg("skip_input"), py::arg("time"),     \
       py::arg("batch"), py::arg("time_major"), py::arg("lengths"),                          \
       py::arg("activation") = "", py::arg("recurrent_activation") = "",                     \
       py::arg("input_masks") = 0, py::arg("recurrent_masks") = 0,                           \
-      py::arg("reset_after") = true
+      py::arg("reset_after") = true, py::arg("zoneout_h") = 0,                              \
+      py::arg("zoneout_h_per_element") = true, py::arg("zoneout_c") = 0,                    \
+      py::arg("zoneout_c_per_element") = true
 
 }  // namespace
 
@@ -132,7 +151,7 @@ void RegisterRnn(py::module_& mod) {
       [](const std::string& mode, int64_t num_layers, int64_t num_units, int64_t input_size,
          int64_t num_proj, int64_t num_dirs, bool skip_input) {
         const RnnCall c(mode, num_layers, num_units, input_size, num_proj, num_dirs, skip_input,
-                        0, 0, true, std::nullopt, "", "", 0, 0, true);
+                        0, 0, true, std::nullopt, "", "", 0, 0, true, 0, true, 0, true);
         return CheckedParamsSize(c.m);
       },
       py::arg("mode"), py::arg("num_layers"), py::arg("num_units"), py::arg("input_size"),

@@ -71,6 +71,11 @@ class Case:
     # gru only: False is the GRU resetting before (Keras' GRU(reset_after=False);
     # docs/cudnn_rnn.md §4.8)
     reset_after: bool = True
+    # zoneout (docs/cudnn_rnn.md §4.9; one layer, one direction; zoneout_c for lstm only): None
+    # (not zoned), PER_ELEMENT (0/1 keep-new masks per element, random_zoneout) or a number (one
+    # weight for every element)
+    zoneout_h: object = None
+    zoneout_c: object = None
 
     @property
     def cfg(self):
@@ -100,11 +105,19 @@ class Case:
                                         self.recurrent_activation or "cudnn"))
         if self.masked:
             parts.append("mask-" + "".join(n[0] for n in MASK_NAMES if getattr(self, n)))
+        for k in ZONEOUT_NAMES:
+            w = getattr(self, k)
+            if w is not None:
+                parts.append("zo%s-%s" % (k[-1], "mask" if w == PER_ELEMENT else "%g" % w))
         return "_".join(parts)
 
     @property
     def masked(self):
         return self.input_masks or self.recurrent_masks
+
+    @property
+    def zoned(self):
+        return any(getattr(self, k) is not None for k in ZONEOUT_NAMES)
 
     def model_kwargs(self):
         """The model and run fields every binding takes."""
@@ -127,6 +140,12 @@ class Case:
 MASK_NAMES = ("input_masks", "recurrent_masks")
 # Keras' dropout masks: 0 with this probability, else 1 / (1 - rate)
 MASK_RATE = 0.25
+# Zoneout's weights (Case fields, make_inputs keys, binding and reference arguments), and the
+# Case value for weights per element: keep-new masks, 0 (keep the previous state) with
+# probability ZONEOUT_RATE, else 1
+ZONEOUT_NAMES = ("zoneout_h", "zoneout_c")
+PER_ELEMENT = "per_element"
+ZONEOUT_RATE = 0.3
 
 # The CudnnRNN engine's test-only switch: "0" makes the forward recurrence run per step.
 PERSISTENT_ENV = "TF_LSTM_OPS_RNN_PERSISTENT"
@@ -177,6 +196,7 @@ def engine_cases():
                           activation=name))
     cases += reset_before_cases()
     cases += mask_cases()
+    cases += zoneout_cases()
     return cases
 
 
@@ -227,6 +247,41 @@ def mask_cases():
     return cases
 
 
+def zoneout_cases():
+    """Zoneout (docs/cudnn_rnn.md §4.9; one layer, one direction): LSTM's h, c and both, the GRU
+    (resetting after and before) and both plain RNNs x per-element weights (layout x lengths) and
+    one weight (two of those), plus one and per-element mixed, Keras' activations and operand
+    masks."""
+    cases = []
+    models = [("lstm", True), ("gru", True), ("gru", False), ("rnn_tanh", True),
+              ("rnn_relu", True)]
+    for mode, reset_after in models:
+        for zh, zc in (((PER_ELEMENT, None), (None, PER_ELEMENT), (PER_ELEMENT, PER_ELEMENT))
+                       if mode == "lstm" else ((PER_ELEMENT, None),)):
+            for time_major in (True, False):
+                for lengths in (None, VARLEN):
+                    cases.append(Case(mode, 1, 4, 3, time_major=time_major, lengths=lengths,
+                                      reset_after=reset_after, zoneout_h=zh, zoneout_c=zc))
+                    # one weight: with the lengths in one layout, without in the other
+                    if (lengths is None) != time_major:
+                        cases.append(Case(mode, 1, 4, 3, time_major=time_major, lengths=lengths,
+                                          reset_after=reset_after,
+                                          zoneout_h=None if zh is None else 0.9,
+                                          zoneout_c=None if zc is None else 0.75))
+    cases.append(Case("lstm", 1, 4, 3, lengths=VARLEN, zoneout_h=0.9, zoneout_c=PER_ELEMENT))
+    # with Keras' activations and operand masks
+    for k, (mode, act, rec, reset_after) in enumerate((
+            ("lstm", "softsign", "hard_sigmoid", True), ("gru", "elu", "", True),
+            ("gru", "gelu", "hard_sigmoid_keras2", False), ("rnn_tanh", "silu", "", True),
+            ("rnn_relu", "", "", True))):
+        cases.append(Case(mode, 1, 4, 3, time_major=k % 2 == 1,
+                          lengths=VARLEN if k < 3 else None, activation=act,
+                          recurrent_activation=rec, input_masks=k != 3, recurrent_masks=True,
+                          reset_after=reset_after, zoneout_h=PER_ELEMENT if k % 2 else 0.9,
+                          zoneout_c=PER_ELEMENT if mode == "lstm" else None))
+    return cases
+
+
 def empty_cases():
     """T == 0 and B == 0 for every mode (bidirectional, 2 layers, with lengths where B > 0)."""
     cases = []
@@ -245,11 +300,13 @@ def empty_cases():
 
 def make_inputs(rng, case, dtype):
     """Random inputs and cotangents (TF layouts), rounded to dtype; inputs hold the case's
-    operand masks (random_masks) under MASK_NAMES."""
+    operand masks (random_masks) under MASK_NAMES and zoneout weights (random_zoneout) under
+    ZONEOUT_NAMES."""
     cfg = case.cfg
     inp = R.random_inputs(rng, cfg, case.time, case.batch, case.time_major)
     cot = R.random_cotangents(rng, cfg, case.time, case.batch, case.time_major)
     inp.update(random_masks(rng, case))
+    inp.update(random_zoneout(rng, case))
     return rounded(inp, dtype), rounded(cot, dtype)
 
 
@@ -263,11 +320,35 @@ def random_masks(rng, case):
             for k in MASK_NAMES if getattr(case, k)}
 
 
-def upload_masks(alloc, case, inp, dtype):
-    """The case's operand masks as buffers (keep them while the engine may read them) and the
-    binding arguments pointing at them (0: none)."""
-    buffers = {k: alloc.upload(inp[k], dtype) if getattr(case, k) else None for k in MASK_NAMES}
-    return buffers, {k: alloc.ptr(b) for k, b in buffers.items()}
+def random_zoneout(rng, case):
+    """The case's zoneout weights: per element, 0/1 keep-new masks [T, B, H] in the input's
+    layout (1 with probability 1 - ZONEOUT_RATE), or the case's one value (a scalar)."""
+    shape = ((case.time, case.batch, case.num_units) if case.time_major
+             else (case.batch, case.time, case.num_units))
+    weights = {}
+    for k in ZONEOUT_NAMES:
+        w = getattr(case, k)
+        if w is not None:
+            weights[k] = (np.float64(w) if w != PER_ELEMENT
+                          else (rng.uniform(size=shape) >= ZONEOUT_RATE).astype(np.float64))
+    return weights
+
+
+def present(case, k):
+    """Whether the case has the operand masks or zoneout weights named k."""
+    return getattr(case, k) is not None if k in ZONEOUT_NAMES else getattr(case, k)
+
+
+def upload_keras_inputs(alloc, case, inp, dtype):
+    """The case's operand masks and zoneout weights as buffers (keep them while the engine may
+    read them) and the binding arguments pointing at them (0: none), with whether each zoneout's
+    weights are per element."""
+    buffers = {k: alloc.upload(inp[k], dtype) if present(case, k) else None
+               for k in MASK_NAMES + ZONEOUT_NAMES}
+    args = {k: alloc.ptr(b) for k, b in buffers.items()}
+    args.update({k + "_per_element": getattr(case, k) == PER_ELEMENT for k in ZONEOUT_NAMES
+                 if present(case, k)})
+    return buffers, args
 
 
 def _check_scratch(alloc, scratch, what):
@@ -276,9 +357,10 @@ def _check_scratch(alloc, scratch, what):
 
 def run_forward(module, alloc, case, dtype, inp):
     """Runs the forward; returns the outputs (float64), the workspace buffer and its bytes, and
-    the mask arguments it passed (for rnn_reserve_header)."""
-    masks, mask_args = upload_masks(alloc, case, inp, dtype)  # masks: alive through the call
-    kw = dict(case.model_kwargs(), **mask_args)
+    the mask and zoneout arguments it passed (for rnn_reserve_header)."""
+    # (the buffers: alive through the call)
+    keras_buffers, keras_args = upload_keras_inputs(alloc, case, inp, dtype)
+    kw = dict(case.model_kwargs(), **keras_args)
     lstm = case.mode == "lstm"
     x = alloc.upload(inp["input"], dtype)
     h = alloc.upload(inp["input_h"], dtype)
@@ -300,13 +382,14 @@ def run_forward(module, alloc, case, dtype, inp):
     _check_scratch(alloc, scratch, "rnn_forward")
     return dict(output=alloc.download(out, dtype), output_h=alloc.download(out_h, dtype),
                 output_c=alloc.download(out_c, dtype) if lstm else None,
-                workspace_buffer=ws, workspace=alloc.download_bytes(ws), mask_args=mask_args)
+                workspace_buffer=ws, workspace=alloc.download_bytes(ws), keras_args=keras_args)
 
 
 def run_backward(module, alloc, case, dtype, inp, cot, workspace_buffer):
     """Runs the backprop on a forward's workspace; returns the gradients (float64)."""
-    masks, mask_args = upload_masks(alloc, case, inp, dtype)  # masks: alive through the call
-    kw = dict(case.model_kwargs(), **mask_args)
+    # (the buffers: alive through the call)
+    keras_buffers, keras_args = upload_keras_inputs(alloc, case, inp, dtype)
+    kw = dict(case.model_kwargs(), **keras_args)
     lstm = case.mode == "lstm"
     up = alloc.upload
     x, h, p = up(inp["input"], dtype), up(inp["input_h"], dtype), up(inp["params"], dtype)
@@ -406,7 +489,7 @@ def reference(case, inp, cot, masks=None):
     cfg = case.cfg
     lens = None if case.lengths is None else list(case.lengths)
     extra = dict(dropout=float(np.float32(case.dropout)), dropout_masks=masks) if masks else {}
-    extra.update({k: inp[k] for k in MASK_NAMES if getattr(case, k)})
+    extra.update({k: inp[k] for k in MASK_NAMES + ZONEOUT_NAMES if present(case, k)})
     fwd = R.forward(cfg, inp["input"], inp["input_h"], inp["input_c"], inp["params"],
                     seq_lengths=lens, time_major=case.time_major, **extra)
     bwd = R.backward(cfg, inp["input"], inp["input_h"], inp["input_c"], inp["params"],
@@ -425,8 +508,8 @@ def check_case(module, alloc, case, dtype, rng):
         tol *= 2
     inp, cot = make_inputs(rng, case, dtype)
     fwd = run_forward(module, alloc, case, dtype, inp)
-    kw = case.model_kwargs()
-    header = module.rnn_reserve_header(dtype, **kw, **fwd["mask_args"], dropout=case.dropout)
+    kw = dict(case.model_kwargs(), **fwd["keras_args"])
+    header = module.rnn_reserve_header(dtype, **kw, dropout=case.dropout)
     assert len(fwd["workspace"]) == module.rnn_workspace_bytes(dtype, **kw, dropout=case.dropout)
     assert fwd["workspace"][:HEADER_BYTES].tobytes() == header, "workspace header"
     # Every saved value is written (buffers start as NaN bytes), as the CPU kernels write them.
@@ -510,13 +593,19 @@ def check_header_mismatch(module, alloc, case, dtype, rng):
         if v is not None:
             assert np.all(np.isfinite(v)), k
     # A reserve space from other lengths (same sizes), from a forward that used another set of
-    # operand masks, or from the other GRU (reset after / before): its config hash differs.
+    # operand masks or zoneout weights (none, or per element for one value), or from the other
+    # GRU (reset after / before): its config hash differs.
     others = []
     if case.lengths is not None:
         others.append(dataclasses.replace(case, lengths=tuple(case.time for _ in case.lengths)))
     for k in MASK_NAMES:
         if getattr(case, k):
             others.append(dataclasses.replace(case, **{k: False}))
+    for k in ZONEOUT_NAMES:
+        if getattr(case, k) is not None:
+            others.append(dataclasses.replace(case, **{k: None}))
+        if getattr(case, k) == PER_ELEMENT:  # (one value: the backward reads the first weight)
+            others.append(dataclasses.replace(case, **{k: 0.5}))
     if case.mode == "gru":
         others.append(dataclasses.replace(case, reset_after=not case.reset_after))
     for other in others:

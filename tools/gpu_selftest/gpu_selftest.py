@@ -17,8 +17,8 @@ With --backend cuda (the default; needs nvcc, pybind11, NumPy and PyTorch with C
      stream:
        - the LSTM block-op and CudnnRNN engine suites (block_lstm_checks.py,
                                                        cudnn_rnn_checks.py; the latter with
-         Keras' operand masks and the GRU resetting before too) against the float64 NumPy
-         references (tools/references/block_lstm.py, cudnn_rnn.py);
+         Keras' operand masks, the GRU resetting before and zoneout too) against the float64
+         NumPy references (tools/references/block_lstm.py, cudnn_rnn.py);
        - repeat runs bitwise equal;
        - the CudnnRNN engine against torch.nn.LSTM (also proj_size), GRU and RNN (tanh, relu):
          1-2 layers, uni-/bidirectional, time-/batch-major, fixed and variable lengths
@@ -380,6 +380,17 @@ LARGE_RNN_CASES = [
                           recurrent_masks=True, reset_after=False),
     cudnn_rnn_checks.Case("gru", 1, 64, 33, time=10, batch=8, lengths=_lengths_with_empty(10, 8),
                           input_masks=True, recurrent_masks=True, reset_after=False),
+    # zoneout (docs/cudnn_rnn.md §4.9): per step (batch > 16), and persistent
+    cudnn_rnn_checks.Case("lstm", 1, 48, 20, time=9, batch=37, lengths=_lengths_with_empty(9, 37),
+                          recurrent_masks=True, zoneout_h=cudnn_rnn_checks.PER_ELEMENT,
+                          zoneout_c=cudnn_rnn_checks.PER_ELEMENT),
+    cudnn_rnn_checks.Case("lstm", 1, 64, 33, time_major=False, time=10, batch=8,
+                          lengths=_lengths_with_empty(10, 8), zoneout_h=0.9, zoneout_c=0.75),
+    cudnn_rnn_checks.Case("gru", 1, 48, 20, time_major=False, time=9, batch=37,
+                          zoneout_h=cudnn_rnn_checks.PER_ELEMENT, reset_after=False),
+    cudnn_rnn_checks.Case("gru", 1, 64, 33, time=10, batch=8, lengths=_lengths_with_empty(10, 8),
+                          input_masks=True, zoneout_h=cudnn_rnn_checks.PER_ELEMENT),
+    cudnn_rnn_checks.Case("rnn_tanh", 1, 40, 40, time=8, batch=30, zoneout_h=0.9),
 ]
 
 
@@ -459,6 +470,9 @@ def group_rnn_reference(ctx):
                         for mode in (("lstm", "gru") if ctx.quick else R.MODES)]
         header_cases.append(cudnn_rnn_checks.Case("gru", 1, 4, 3, lengths=cudnn_rnn_checks.VARLEN,
                                                   recurrent_masks=True, reset_after=False))
+        header_cases.append(cudnn_rnn_checks.Case("lstm", 1, 4, 3, lengths=cudnn_rnn_checks.VARLEN,
+                                                  zoneout_h=0.9,
+                                                  zoneout_c=cudnn_rnn_checks.PER_ELEMENT))
         for case in header_cases:
             _rnn_try("%s %s (reserve header mismatch)" % (dtype, case.name),
                      lambda: cudnn_rnn_checks.check_header_mismatch(ctx.module, ctx.alloc, case,
@@ -488,7 +502,10 @@ def group_rnn_determinism(ctx):
                                    lengths=cudnn_rnn_checks.VARLEN, input_masks=True,
                                    recurrent_masks=True),
              cudnn_rnn_checks.Case("gru", 1, 5, 3, lengths=cudnn_rnn_checks.VARLEN,
-                                   recurrent_masks=True, reset_after=False)]
+                                   recurrent_masks=True, reset_after=False),
+             cudnn_rnn_checks.Case("lstm", 1, 5, 3, time_major=False,
+                                   lengths=cudnn_rnn_checks.VARLEN,
+                                   zoneout_h=cudnn_rnn_checks.PER_ELEMENT, zoneout_c=0.9)]
     if not ctx.quick:
         cases.append(cudnn_rnn_checks.Case("lstm", 2, 128, 64, "bidirectional", 32, time=16,
                                            batch=32,

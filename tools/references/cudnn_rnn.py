@@ -372,7 +372,31 @@ def _masks(cfg, input_masks, recurrent_masks):
     return masks
 
 
-def _run(cfg, x, h0, c0, params, lens, dropout_scale, masks=(None, None)):
+def _zoneout(cfg, zoneout_h, zoneout_c, time_major):
+    """The zoneout weights of h and c (docs/cudnn_rnn.md §4.9) as time-major float64 arrays
+    [T, B, H], scalars or None, for a model that takes them."""
+    def weights(w):
+        if w is None:
+            return None
+        w = np.asarray(w, np.float64)
+        return w if w.ndim == 0 or time_major else w.transpose(1, 0, 2)
+    zoneout = weights(zoneout_h), weights(zoneout_c)
+    if any(w is not None for w in zoneout):
+        assert cfg.L == 1 and cfg.D == 1 and not cfg.proj and not cfg.skip, cfg
+        assert zoneout[1] is None or cfg.is_lstm, cfg
+    return zoneout
+
+
+def _zone(w, t, new, prev):
+    """w·new + (1 - w)·prev with step t's weights (w None: new)."""
+    if w is None:
+        return new
+    w = w if w.ndim == 0 else w[t]
+    return w * new + (1.0 - w) * prev
+
+
+def _run(cfg, x, h0, c0, params, lens, dropout_scale, masks=(None, None),
+         zoneout=(None, None)):
     """Time-major forward; returns output [T, B, D*Hr], final states, and the caches."""
     T, B = x.shape[:2]
     layers = unpack(cfg, params)
@@ -391,7 +415,10 @@ def _run(cfg, x, h0, c0, params, lens, dropout_scale, masks=(None, None)):
             for t in (range(T) if d == 0 else range(T - 1, -1, -1)):
                 valid = (t < lens)[:, None]
                 h_new, c_new, cache = _step(cfg, layers[p], X[t], h, c, masks)
-                cache.update(t=t, valid=valid)
+                # zoneout carries a blend of the new state and the previous one (the cell's h
+                # read the un-zoned c)
+                h_new, c_new = _zone(zoneout[0], t, h_new, h), _zone(zoneout[1], t, c_new, c)
+                cache.update(t=t, valid=valid, zoneout=zoneout)
                 steps.append(cache)
                 h = np.where(valid, h_new, h)
                 c = np.where(valid, c_new, c)
@@ -411,17 +438,20 @@ def _dropout_scale(cfg, dropout, dropout_masks):
 
 
 def forward(cfg, x, h0, c0, params, seq_lengths=None, time_major=True, dropout=0.0,
-            dropout_masks=None, input_masks=None, recurrent_masks=None):
+            dropout_masks=None, input_masks=None, recurrent_masks=None, zoneout_h=None,
+            zoneout_c=None):
     """Returns dict(output, output_h, output_c) in TF's layouts (output_c is the scalar 0 for
     non-LSTM modes). dropout_masks: optional 0/1 arrays [T, B, D*Hr] for layers 1..L-1,
     applied as mask/(1 - dropout) (inverted dropout). input_masks [G, B, I] and
     recurrent_masks [G, B, Hr]: the CudnnRNNV3Keras op's per-gate operand masks (one layer, one
-    direction), multiplied as given."""
+    direction), multiplied as given. zoneout_h / zoneout_c: its zoneout weights of the new h and
+    c (a scalar, or [T, B, H] in the input's layout), or None."""
     x, h0, c0 = _to_internal(cfg, x, h0, c0, time_major)
     T, B = x.shape[:2]
     y, hT, cT, *_ = _run(cfg, x, h0, c0, np.asarray(params, np.float64),
                          _lengths(seq_lengths, T, B), _dropout_scale(cfg, dropout, dropout_masks),
-                         _masks(cfg, input_masks, recurrent_masks))
+                         _masks(cfg, input_masks, recurrent_masks),
+                         _zoneout(cfg, zoneout_h, zoneout_c, time_major))
     return dict(
         output=y if time_major else y.transpose(1, 0, 2),
         output_h=_state_out(hT, time_major),
@@ -490,7 +520,8 @@ def _step_backward(cfg, lay, cache, dh, dc, grads):
 
 
 def backward(cfg, x, h0, c0, params, dy, dh, dc=None, seq_lengths=None, time_major=True,
-             dropout=0.0, dropout_masks=None, input_masks=None, recurrent_masks=None):
+             dropout=0.0, dropout_masks=None, input_masks=None, recurrent_masks=None,
+             zoneout_h=None, zoneout_c=None):
     """Gradients of <dy, output> + <dh, output_h> + <dc, output_c> (TF layouts for dy, dh, dc).
     Returns dict(input_backprop, input_h_backprop, input_c_backprop, params_backprop), in the
     layouts of the corresponding inputs (input_c_backprop: scalar 0 for non-LSTM modes)."""
@@ -500,7 +531,8 @@ def backward(cfg, x, h0, c0, params, dy, dh, dc=None, seq_lengths=None, time_maj
     lens = _lengths(seq_lengths, T, B)
     scale = _dropout_scale(cfg, dropout, dropout_masks)
     _, _, _, caches, inputs, layers = _run(cfg, x, h0, c0, np.asarray(params, np.float64), lens,
-                                           scale, _masks(cfg, input_masks, recurrent_masks))
+                                           scale, _masks(cfg, input_masks, recurrent_masks),
+                                           _zoneout(cfg, zoneout_h, zoneout_c, time_major))
     dy = np.asarray(dy, np.float64)
     dY = dy if time_major else dy.transpose(1, 0, 2)
     dhT = np.asarray(dh, np.float64).reshape(LD, B, cfg.Hr)
@@ -520,8 +552,13 @@ def backward(cfg, x, h0, c0, params, dy, dh, dc=None, seq_lengths=None, time_maj
             for cache in reversed(caches[p]):
                 t, valid = cache["t"], cache["valid"]
                 dh_tot = dh_carry + dY[t, :, d * cfg.Hr:(d + 1) * cfg.Hr]
-                dx, dhp, dcp, dax, dah = _step_backward(cfg, lay, cache, dh_tot * valid,
-                                                        dc_carry * valid, gr)
+                # zoneout: w·ds reaches the cell's new state, (1 - w)·ds the previous one
+                zh, zc = cache["zoneout"]
+                dx, dhp, dcp, dax, dah = _step_backward(
+                    cfg, lay, cache, _zone(zh, t, dh_tot, 0.0) * valid,
+                    _zone(zc, t, dc_carry, 0.0) * valid, gr)
+                dhp = dhp + _zone(zh, t, 0.0, dh_tot)
+                dcp = dcp + _zone(zc, t, 0.0, dc_carry)
                 v3 = valid[:, :, None]
                 dax, dah = dax * v3, dah * v3
                 x_masks, h_masks = cache["masks"]

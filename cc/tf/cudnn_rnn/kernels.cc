@@ -285,15 +285,53 @@ absl::Status ResolveMasks(const Tensor& input_masks, const Tensor& recurrent_mas
   return absl::OkStatus();
 }
 
-// The op's own input_masks and recurrent_masks (a *V3Keras op's, forward or Backprop) into run.
-absl::Status ResolveMasks(OpKernelContext* ctx, const RnnModel& m, RnnRun* run) {
-  const Tensor *input_masks, *recurrent_masks;
-  TF_RETURN_IF_ERROR(ctx->input("input_masks", &input_masks));
-  TF_RETURN_IF_ERROR(ctx->input("recurrent_masks", &recurrent_masks));
-  return ResolveMasks(*input_masks, *recurrent_masks, m, run);
+// The zoneout weights of a *V3Keras op (docs/cudnn_rnn.md §4.9) into run, and m->zoneout:
+// each [0] (not zoned), a scalar (one weight for all) or [T, B, H] in the input's layout; c's
+// only for LSTM, and only for a model a Keras layer describes (RnnTakesMasks).
+absl::Status ResolveZoneout(const Tensor& h_weights, const Tensor& c_weights, RnnModel* m,
+                            RnnRun* run) {
+  const struct {
+    const Tensor& weights;
+    const char* name;
+    RnnZoneout* slot;
+  } states[] = {{h_weights, "zoneout_h_weights", &run->zoneout_h},
+                {c_weights, "zoneout_c_weights", &run->zoneout_c}};
+  for (const auto& k : states) {
+    const Tensor& t = k.weights;
+    TF_RETURN_IF_ERROR(ResolveZoneoutWeights(t, k.name, run->time, run->batch, run->time_major,
+                                             m->num_units, k.slot));
+    if (!k.slot->active()) continue;
+    if (k.slot == &run->zoneout_c && m->mode != RnnMode::kLstm) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          k.name, " (shape ", t.shape().DebugString(),
+          ") zones LSTM's cell state: it must be [0] for rnn_mode other than lstm"));
+    }
+    if (!RnnTakesMasks(*m)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          k.name, " (shape ", t.shape().DebugString(),
+          ") is for one-layer, unidirectional models with linear input and no projection "
+          "(Keras' layers), not num_layers ", m->num_layers, ", ", m->num_dirs,
+          " direction(s)", m->skip_input ? ", skip input" : "",
+          m->has_proj() ? absl::StrCat(", num_proj ", m->num_proj) : ""));
+    }
+  }
+  m->zoneout = run->zoned();
+  return absl::OkStatus();
 }
 
-// Whether a kernel's op is a *V3Keras op (the operand masks are its last two inputs).
+// The op's own operand masks and zoneout weights (a *V3Keras op's, forward or Backprop) into
+// run (and m).
+absl::Status ResolveKerasInputs(OpKernelContext* ctx, RnnModel* m, RnnRun* run) {
+  const Tensor *input_masks, *recurrent_masks, *zoneout_h, *zoneout_c;
+  TF_RETURN_IF_ERROR(ctx->input("input_masks", &input_masks));
+  TF_RETURN_IF_ERROR(ctx->input("recurrent_masks", &recurrent_masks));
+  TF_RETURN_IF_ERROR(ctx->input("zoneout_h_weights", &zoneout_h));
+  TF_RETURN_IF_ERROR(ctx->input("zoneout_c_weights", &zoneout_c));
+  TF_RETURN_IF_ERROR(ResolveMasks(*input_masks, *recurrent_masks, *m, run));
+  return ResolveZoneout(*zoneout_h, *zoneout_c, m, run);
+}
+
+// Whether a kernel's op is a *V3Keras op (operand masks and zoneout weights after V3's inputs).
 bool TakesOperandMasks(OpKernelConstruction* ctx) {
   return absl::EndsWith(ctx->def().op(), "V3Keras");
 }
@@ -343,7 +381,8 @@ absl::Status CheckReserve(const Tensor& reserve, const RnnReserveHeader& expecte
   return absl::InvalidArgumentError(absl::StrCat(
       "reserve_space ", reserve.shape().DebugString(),
       " was not produced by a training-mode (is_training=true) forward pass of this "
-      "model with these inputs' shapes, sequence_lengths, dropout, operand masks and dtype"));
+      "model with these inputs' shapes, sequence_lengths, dropout, operand masks, zoneout and "
+      "dtype"));
 }
 
 // CudnnRNN (kVersion 1), CudnnRNNV2 (2), CudnnRNNV3 (3).
@@ -368,7 +407,7 @@ class CudnnRNNForwardOp : public OpKernel {
     RnnModel m;
     RnnRun run;
     OP_REQUIRES_OK(ctx, ResolveRun(attrs_, input, input_h, input_c, params, seq_lengths, &m, &run));
-    if (takes_masks_) OP_REQUIRES_OK(ctx, ResolveMasks(ctx, m, &run));
+    if (takes_masks_) OP_REQUIRES_OK(ctx, ResolveKerasInputs(ctx, &m, &run));
     const bool lstm = m.mode == RnnMode::kLstm;
     // Inference on the CPU: a workspace of the states only, no saved gates written.
     run.keeps_gates = attrs_.is_training || !std::is_same_v<Device, CPUDevice>;
@@ -442,7 +481,7 @@ class CudnnRNNBackpropOp : public OpKernel {
     RnnModel m;
     RnnRun run;
     OP_REQUIRES_OK(ctx, ResolveRun(attrs_, *in[0], *in[1], *in[2], *in[3], seq_lengths, &m, &run));
-    if (takes_masks_) OP_REQUIRES_OK(ctx, ResolveMasks(ctx, m, &run));
+    if (takes_masks_) OP_REQUIRES_OK(ctx, ResolveKerasInputs(ctx, &m, &run));
     const bool lstm = m.mode == RnnMode::kLstm;
 
     // The forward results and their gradients must have the forward's shapes.

@@ -203,15 +203,21 @@ REGISTER_OP("TfLstm>CudnnRNNBackpropV3")
 // for none; the Backprop takes the forward's.
 #define TF_LSTM_RNN_OPERAND_MASKS .Input("input_masks: T").Input("recurrent_masks: T")
 
+// And zoneout (docs/cudnn_rnn.md §4.9): the weights of the new h and LSTM's new c in the state
+// carried, w ⊙ new + (1 - w) ⊙ previous: each [max_time, batch_size, num_units] in the input's
+// layout (training's keep-new masks), a scalar for every element (inference's 1 - rate), or [0]
+// (not zoned); the Backprop takes the forward's.
+#define TF_LSTM_RNN_ZONEOUT .Input("zoneout_h_weights: T").Input("zoneout_c_weights: T")
+
 REGISTER_OP("TfLstm>CudnnRNNV3Keras")
-    TF_LSTM_RNN_V3_FORWARD_IO TF_LSTM_RNN_OPERAND_MASKS
+    TF_LSTM_RNN_V3_FORWARD_IO TF_LSTM_RNN_OPERAND_MASKS TF_LSTM_RNN_ZONEOUT
     .Attr(kTypes) TF_LSTM_RNN_COMMON_ATTRS.Attr("num_proj: int = 0")
     .Attr("is_training: bool = true")
     .Attr("time_major: bool = true") TF_LSTM_RNN_KERAS_CELL_ATTRS
     .SetShapeFn([](InferenceContext* c) { return ForwardShape(c, true); });
 
 REGISTER_OP("TfLstm>CudnnRNNBackpropV3Keras")
-    TF_LSTM_RNN_V3_BACKPROP_IO TF_LSTM_RNN_OPERAND_MASKS
+    TF_LSTM_RNN_V3_BACKPROP_IO TF_LSTM_RNN_OPERAND_MASKS TF_LSTM_RNN_ZONEOUT
     .Attr(kTypes) TF_LSTM_RNN_COMMON_ATTRS.Attr("num_proj: int = 0")
     .Attr("time_major: bool = true") TF_LSTM_RNN_KERAS_CELL_ATTRS
     .SetShapeFn(BackpropShape);
