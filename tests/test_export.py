@@ -82,6 +82,8 @@ def test_stock_model_equals_ours_and_runs_in_tflite_without_custom_ops(rng, buil
     (lambda: tlk.CudnnLSTM(4, num_proj=2), "num_proj=2: Keras has no projection LSTM"),
     (lambda: tlk.CudnnLSTM(4, time_major=True), "time_major"),
     (lambda: keras.layers.RNN(tlk.LSTMBlockCell(4, use_peephole=True)), "LSTMBlockCell"),
+    (lambda: tlk.LSTM(4, zoneout_c=0.1), "zoneout_c=0.1: Keras' layers have no zoneout"),
+    (lambda: keras.layers.Bidirectional(tlk.GRU(4, zoneout=0.2)), "zoneout=0.2"),
 ])
 def test_layers_without_a_stock_twin_are_named(layer, match):
     inp = keras.Input((T, I), batch_size=B)

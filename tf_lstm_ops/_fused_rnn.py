@@ -107,16 +107,124 @@ def operand_masks(rnn_mode, masks, dtype):
     return tf.cast(tf.stack(per_gate), dtype)
 
 
+# ---- zoneout (docs/keras_layers.md §7) ----------------------------------------------------------
+
+def zoneout_rate(name, value):
+    """A layer's zoneout rate as a float in [0, 1] (the probability that a state element keeps its
+    previous value at a training step); anything else is a ValueError naming the argument."""
+    try:
+        rate = float(value)
+    except (TypeError, ValueError):
+        rate = None
+    if rate is None or not 0.0 <= rate <= 1.0:
+        raise ValueError("%s must be a number in [0, 1] (the probability that a state element "
+                         "keeps its previous value), got %r" % (name, value))
+    return rate
+
+
+class ZoneoutLayer:
+    """Zoneout's rates on the drop-in layers (Keras 3 and tf_keras): `zoneout_h` and `zoneout_c`
+    on LSTM, `zoneout` on GRU and SimpleRNN; 0 (the default) leaves the layer and its config
+    exactly Keras'. Zoneout runs only on the fused kernel: a layer or call it cannot serve is an
+    error, never Keras' loop without zoneout."""
+
+    _zoneout_args = ()  # the layer's zoneout arguments, h's first
+
+    def _init_zoneout(self, **rates):
+        for name in self._zoneout_args:
+            setattr(self, name, zoneout_rate(name, rates[name]))
+        self._refuse_unzoned(self._static_fallback_reason())
+
+    def _zoneout_rates(self):
+        """(h's rate, c's rate): c's is 0 outside LSTM."""
+        rates = [getattr(self, name, 0.0) for name in self._zoneout_args]
+        return tuple(rates + [0.0] * (2 - len(rates)))
+
+    def _refuse_unzoned(self, reason):
+        """Raises when the layer zones and `reason` (a fallback's, or None) would run Keras' own
+        loop, which has no zoneout."""
+        if reason is not None and any(self._zoneout_rates()):
+            raise ValueError(
+                "%s %r: zoneout (%s) runs only on the fused kernel, which cannot serve %s"
+                % (type(self).__name__, self.name, ", ".join(
+                    "%s=%g" % (name, getattr(self, name)) for name in self._zoneout_args),
+                   reason))
+
+    def _zoneout_config(self):
+        """The nonzero rates, for get_config (none: Keras' config)."""
+        return {name: getattr(self, name) for name in self._zoneout_args
+                if getattr(self, name, 0.0)}
+
+    def _zoneout_weights(self, x, training, uniform):
+        """The op's zoneout weights of h and c for the sequence x [B, T, I] (docs/cudnn_rnn.md
+        §4.9), None where a rate is 0: while training, per step and element keep-new masks
+        [B, T, H], 1 with probability 1 - rate (`uniform(shape)` draws them from the layer's
+        generator); at inference the expectation, the scalar 1 - rate. `training` a tensor
+        picks between the two in the graph."""
+        shape = tf.concat([tf.shape(x)[:2], [self.units]], 0)
+        weights = []
+        for rate in self._zoneout_rates():
+            if not rate:
+                weights.append(None)
+                continue
+            expectation = tf.constant(1.0 - rate, x.dtype)
+            if isinstance(training, (bool, int)) and not training:
+                weights.append(expectation)
+                continue
+            masks = tf.cast(uniform(shape) >= rate, x.dtype)
+            if not isinstance(training, (bool, int)):
+                masks = tf.where(tf.cast(training, tf.bool), masks,
+                                 tf.broadcast_to(expectation, tf.shape(masks)))
+            weights.append(masks)
+        return weights
+
+
 def keras_rnn_loop(x, h0, c0, params, mask, rnn_mode, go_backwards, return_sequences,
                    zero_output_for_mask, training=True, cell_attrs=None, input_masks=None,
-                   recurrent_masks=None):
+                   recurrent_masks=None, zoneout_h=None, zoneout_c=None):
     """Keras' RNN loop over x [B, T, I] (inputs already dropped out) from h0 (and c0 for LSTM),
-    on one op: (last_output [B, H], outputs [B, T, H] or [B, 1, H] without return_sequences,
-    states). `mask` is a bool [B, T] step mask of any pattern (step_mask), or None; `training` is
-    the layer call's (is_inference); `cell_attrs` are keras_cell_attrs' (None: cuDNN's
-    cell); input_masks / recurrent_masks the per-gate operand masks of Keras' recurrent
-    dropout (operand_masks; None: none), the same at every step, so the reordering below leaves
-    them be.
+    on one CudnnRNNV3 (or CudnnRNNV3Keras) op: masked_rnn_loop's results. `training` is the
+    layer call's (is_inference); `cell_attrs` are keras_cell_attrs' (None: cuDNN's cell);
+    input_masks / recurrent_masks the per-gate operand masks of Keras' recurrent dropout
+    (operand_masks; None: none), the same at every step; zoneout_h / zoneout_c the zoneout
+    weights of h and c (ZoneoutLayer._zoneout_weights; None: not zoned)."""
+    lstm = rnn_mode == "lstm"
+
+    def run(x, seq_lengths, zoneout):
+        keras_options = dict(cell_attrs or {})
+        keras_inputs = dict(input_masks=input_masks, recurrent_masks=recurrent_masks,
+                            zoneout_h_weights=zoneout[0], zoneout_c_weights=zoneout[1])
+        if keras_options or any(v is not None for v in keras_inputs.values()):
+            none = tf.zeros([0], x.dtype)  # (the empty vector: none)
+            keras_options.update((name, none if v is None else tf.cast(v, x.dtype))
+                                 for name, v in keras_inputs.items())
+        out = library.op("CudnnRNNV3Keras" if keras_options else "CudnnRNNV3")(
+            **keras_options,
+            input=x,
+            input_h=tf.expand_dims(h0, 1),  # [B, 1, H] (batch-major state label)
+            input_c=tf.expand_dims(c0, 1) if lstm else tf.zeros([], x.dtype),
+            params=params,
+            sequence_lengths=seq_lengths,
+            rnn_mode=rnn_mode,
+            is_training=not is_inference(training),
+            time_major=False,
+        )
+        h = tf.squeeze(out.output_h, 1)
+        return out.output, [h, tf.squeeze(out.output_c, 1)] if lstm else [h]
+
+    return masked_rnn_loop(x, mask, go_backwards, return_sequences, zero_output_for_mask, run,
+                           [zoneout_h, zoneout_c])
+
+
+def masked_rnn_loop(x, mask, go_backwards, return_sequences, zero_output_for_mask, run,
+                    per_step_inputs=()):
+    """Keras' RNN loop over x [B, T, I] on one fused op: (last_output [B, H], outputs [B, T, H] or
+    [B, 1, H] without return_sequences, states), as Keras' backend.rnn defines them, masks of any
+    pattern and go_backwards included. `mask` is a bool [B, T] step mask (step_mask) or None.
+    run(x, seq_lengths, per_step_inputs) runs the op on the right-padded sequence it is given
+    from the layer's initial state: (its outputs [B, T, H], its final states, h first).
+    per_step_inputs: tensors that go with x's steps ([B, T, n]: zoneout's weights; rank 3), or
+    anything else, passed through (a scalar weight, None).
 
     A masked step of Keras' loop leaves the states as they are, so the states evolve exactly as
     on the sequence of the unmasked steps alone: each row's unmasked steps are moved to its front,
@@ -125,12 +233,16 @@ def keras_rnn_loop(x, h0, c0, params, mask, rnn_mode, go_backwards, return_seque
     at or before t (zeros before the first one; zeros at masked steps with
     zero_output_for_mask): a second gather. Pre-padded, post-padded and masks with holes take
     this one path, with no data-dependent branch (docs/keras_layers.md §3)."""
-    dtype = x.dtype
     shape = tf.shape(x)
     batch, steps = shape[0], shape[1]
+    per_step = list(per_step_inputs)
+    by_step = [k for k, v in enumerate(per_step) if getattr(v, "shape", None) is not None
+               and v.shape.rank == 3]
     if go_backwards:  # Keras processes, and returns outputs, in reversed time
         x = tf.reverse(x, [1])
         mask = None if mask is None else tf.reverse(mask, [1])
+        for k in by_step:
+            per_step[k] = tf.reverse(per_step[k], [1])
     if mask is None:
         seq_lengths = tf.fill([batch], steps)
     else:
@@ -138,31 +250,13 @@ def keras_rnn_loop(x, h0, c0, params, mask, rnn_mode, go_backwards, return_seque
         # Unmasked steps first, each group in time order (a stable sort of 0/1 keys).
         order = tf.argsort(tf.cast(tf.logical_not(mask), tf.int32), axis=1, stable=True)
         x = tf.gather(x, order, axis=1, batch_dims=1)
-    lstm = rnn_mode == "lstm"
-    c0 = c0 if lstm else tf.zeros([], dtype)
-    keras_options = dict(cell_attrs or {})
-    if keras_options or input_masks is not None or recurrent_masks is not None:
-        none = tf.zeros([0], x.dtype)  # (the empty vector: no mask)
-        keras_options.update(
-            input_masks=none if input_masks is None else input_masks,
-            recurrent_masks=none if recurrent_masks is None else recurrent_masks)
-    op = "CudnnRNNV3Keras" if keras_options else "CudnnRNNV3"
-    out = library.op(op)(
-        **keras_options,
-        input=x,
-        input_h=tf.expand_dims(h0, 1),  # [B, 1, H] (batch-major state label)
-        input_c=tf.expand_dims(c0, 1) if lstm else c0,
-        params=params,
-        sequence_lengths=seq_lengths,
-        rnn_mode=rnn_mode,
-        is_training=not is_inference(training),
-        time_major=False,
-    )
-    h = tf.squeeze(out.output_h, 1)
-    states = [h, tf.squeeze(out.output_c, 1)] if lstm else [h]
+        for k in by_step:
+            per_step[k] = tf.gather(per_step[k], order, axis=1, batch_dims=1)
+    output, states = run(x, seq_lengths, per_step)
+    h = states[0]
     if mask is None:
         last = h
-        outputs = out.output if return_sequences else None
+        outputs = output if return_sequences else None
     else:
         # The final h is the output of the last unmasked step; a row with none outputs zeros.
         emitted = tf.expand_dims(seq_lengths > 0, 1)
@@ -176,7 +270,7 @@ def keras_rnn_loop(x, h0, c0, params, mask, rnn_mode, go_backwards, return_seque
             emitted = rank >= 0
             if zero_output_for_mask:
                 emitted = tf.logical_and(emitted, mask)
-            outputs = tf.gather(out.output, tf.maximum(rank, 0), axis=1, batch_dims=1)
+            outputs = tf.gather(output, tf.maximum(rank, 0), axis=1, batch_dims=1)
             outputs = tf.where(tf.expand_dims(emitted, -1), outputs, tf.zeros_like(outputs))
     if outputs is None:
         outputs = tf.expand_dims(last, 1)

@@ -26,6 +26,7 @@ import tensorflow as tf
 import tf_keras
 
 from tf_lstm_ops._fused_rnn import (
+    ZoneoutLayer,
     dropout_applies,
     is_inference,
     keras_cell_attrs,
@@ -67,9 +68,17 @@ def _activation_reason(arg, fn):
             for name in _FUSED_ACTIVATIONS))
 
 
-class _FusedCall:
+class _FusedCall(ZoneoutLayer):
     """call() for tf_keras' RNN subclasses: the fused op where it computes what tf_keras computes,
-    else the tf_keras class's own call."""
+    else the tf_keras class's own call (zoneout, which tf_keras has not: ZoneoutLayer)."""
+
+    def __init__(self, units, *args, **kwargs):
+        rates = {name: kwargs.pop(name, 0.0) for name in self._zoneout_args}
+        super().__init__(units, *args, **kwargs)
+        self._init_zoneout(**rates)
+
+    def get_config(self):
+        return {**super().get_config(), **self._zoneout_config()}
 
     _keras_class = None
     _rnn_mode = None
@@ -136,6 +145,7 @@ class _FusedCall:
         if reason is None and in_xla_context():
             reason = "compiled by XLA (jit_compile=True), where the custom op has no kernel"
         if reason is not None:
+            self._refuse_unzoned(reason)
             warn_fallback(self, reason)
             return keras_call()
         if isinstance(mask, list):
@@ -160,6 +170,9 @@ class _FusedCall:
             if mask is not None:
                 mask = tf.convert_to_tensor(mask)
                 mask = tf.transpose(mask, [1, 0] + ([2] if mask.shape.rank == 3 else []))
+        zoneout = self._zoneout_weights(
+            x, tf_keras.backend.learning_phase() if training is None else training,
+            self.cell._random_generator.random_uniform)
         if mask is not None:
             shape = tf.shape(x)
             mask = step_mask(mask, shape[0], shape[1])
@@ -175,7 +188,7 @@ class _FusedCall:
                                                self._rnn_mode, self.go_backwards,
                                                self.return_sequences, self.zero_output_for_mask,
                                                training, cell_attrs, input_masks,
-                                               recurrent_masks)
+                                               recurrent_masks, *zoneout)
         if self.stateful:  # as tf_keras' RNN.call
             updates = [tf.compat.v1.assign(self_state, tf.cast(state, self_state.dtype))
                        for self_state, state in zip(tf.nest.flatten(self.states), states)]
@@ -220,6 +233,7 @@ class LSTM(_FusedCall, tf_keras.layers.LSTM):
 
     _keras_class = tf_keras.layers.LSTM
     _rnn_mode = "lstm"
+    _zoneout_args = ("zoneout_h", "zoneout_c")
 
     def _static_fallback_reason(self):
         return _gpu_kernel_reason(self)
@@ -233,6 +247,7 @@ class GRU(_FusedCall, tf_keras.layers.GRU):
 
     _keras_class = tf_keras.layers.GRU
     _rnn_mode = "gru"
+    _zoneout_args = ("zoneout",)
 
     def _static_fallback_reason(self):
         return _gpu_kernel_reason(self)
@@ -244,6 +259,7 @@ class SimpleRNN(_FusedCall, tf_keras.layers.SimpleRNN):
     see the module doc)."""
 
     _keras_class = tf_keras.layers.SimpleRNN
+    _zoneout_args = ("zoneout",)
 
     @property
     def _rnn_mode(self):

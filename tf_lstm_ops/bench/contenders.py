@@ -336,19 +336,68 @@ def build_keras_mask(case):
     return _keras_phases(_keras_layer(case), case, with_mask=True, **extra)
 
 
+def _keras_zoneout_layer(case):
+    """What a Keras user runs for zoneout today: Keras' cell in keras.layers.RNN, each new state
+    blended with the previous one by a wrapper cell (Tacotron 2's construction; fresh masks per
+    step while training, the expectation otherwise), as a layer class for _keras_phases."""
+    import keras
+
+    class ZoneoutCell(keras.layers.Layer):
+        def __init__(self, cell, rates, **kwargs):
+            super().__init__(**kwargs)
+            self.cell, self.rates = cell, rates
+            self.state_size, self.output_size = cell.state_size, cell.units
+            self.seed_generator = keras.random.SeedGenerator(1)
+
+        def build(self, input_shape):
+            self.cell.build(input_shape)
+
+        def call(self, inputs, states, training=False):
+            _, new = self.cell(inputs, states, training=training)
+            zoned = []
+            for new_k, prev_k, rate in zip(new, states, self.rates):
+                if training:
+                    keep = keras.random.uniform(keras.ops.shape(prev_k),
+                                                seed=self.seed_generator) >= rate
+                    weights = keras.ops.cast(keep, prev_k.dtype)
+                else:
+                    weights = 1.0 - rate
+                zoned.append(new_k * weights + prev_k * (1.0 - weights))
+            return zoned[0], zoned
+
+    def layer(units, return_sequences, dtype, zoneout_h=0.0, zoneout_c=0.0, zoneout=0.0,
+              **cell_kwargs):
+        cell_class = keras.layers.LSTMCell if case.family == "lstm" else keras.layers.GRUCell
+        rates = (zoneout_h, zoneout_c) if case.family == "lstm" else (zoneout,)
+        return keras.layers.RNN(ZoneoutCell(cell_class(units, dtype=dtype, **cell_kwargs), rates,
+                                            dtype=dtype),
+                                return_sequences=return_sequences, dtype=dtype)
+
+    return layer
+
+
 # --configs: each configuration on our layer and on Keras' (key suffix -> the label's argument,
-# the layer's arguments, the phases, the families). Those our layers do not fuse yet run Keras'
-# loop there (with a warning): measured so that the gap is in the table.
+# the layer's arguments, the phases, the families; Keras' layer: _keras_layer's, or for
+# zoneout, which Keras has not, its cell construction). Those our layers do not fuse yet run
+# Keras' loop there (with a warning): measured so that the gap is in the table.
 _CONFIGS = {
     "relu": ("activation='relu'", dict(activation="relu"), ("fwd", "fwd+bwd"), ("lstm", "gru")),
     "recurrent_dropout": ("recurrent_dropout=0.2", dict(recurrent_dropout=0.2, seed=1),
                           ("fwd+bwd",), ("lstm", "gru")),
     "reset_before": ("reset_after=False", dict(reset_after=False), ("fwd", "fwd+bwd"), ("gru",)),
+    "zoneout": ("zoneout_h=zoneout_c=0.1", dict(zoneout_h=0.1, zoneout_c=0.1),
+                ("fwd", "fwd+bwd"), ("lstm",)),
+    "zoneout_gru": ("zoneout=0.1", dict(zoneout=0.1), ("fwd", "fwd+bwd"), ("gru",)),
 }
 
 
 def _build_config(ours, layer_kwargs, case):
-    layer = _ours_keras_layer(case) if ours else _keras_layer(case)
+    if ours:
+        layer = _ours_keras_layer(case)
+    elif any(name.startswith("zoneout") for name in layer_kwargs):
+        layer = _keras_zoneout_layer(case)
+    else:
+        layer = _keras_layer(case)
     return _keras_phases(layer, case, **layer_kwargs)
 
 
@@ -363,8 +412,9 @@ def _config_contenders(family, layer_name):
                              "ours keras.%s(%s)" % (layer_name, label), phases,
                              functools.partial(_build_config, True, layer_kwargs), ours=True,
                              needs="ours_keras", opt_in=True))
-        out.append(Contender("keras_" + suffix, family,
-                             "keras.layers.%s(%s)" % (layer_name, label), phases,
+        theirs = ("keras.layers.RNN(%sCell, zoneout wrapper cell, %s)" if "zoneout" in suffix
+                  else "keras.layers.%s(%s)") % (layer_name, label)
+        out.append(Contender("keras_" + suffix, family, theirs, phases,
                              functools.partial(_build_config, False, layer_kwargs),
                              opt_in=True))
     return tuple(out)
@@ -705,7 +755,8 @@ INFERENCE_BASELINE = "ours_keras_inf"
 # Keras', beside our default-configuration layer (the baseline).
 CONFIG_CONTENDERS = ("ours_keras", "ours_keras_mask", "keras_mask", "ours_keras_relu",
                      "keras_relu", "ours_keras_recurrent_dropout", "keras_recurrent_dropout",
-                     "ours_keras_reset_before", "keras_reset_before")
+                     "ours_keras_reset_before", "keras_reset_before", "ours_keras_zoneout",
+                     "keras_zoneout", "ours_keras_zoneout_gru", "keras_zoneout_gru")
 CONFIG_BASELINE = "ours_keras"
 DEFAULT_BASELINE = {"lstm": "ours_block", "gru": "ours_cudnn"}
 CONTENDER_KEYS = tuple(dict.fromkeys(c.key for c in CONTENDERS))

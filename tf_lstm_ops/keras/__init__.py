@@ -25,12 +25,15 @@ Layers, one module per group (import them from here):
   the fused set of tanh, sigmoid, relu, hard_sigmoid, linear, elu, softsign, silu/swish and gelu,
   ``use_cudnn=False``, ``unroll=True``, XLA compilation) runs the Keras class's own
   implementation, with a warning. Masks of any pattern run the fused op. Results, including the
-  outputs at masked steps, equal Keras'.
+  outputs at masked steps, equal Keras'. Ours alone: zoneout (``zoneout_h`` / ``zoneout_c``,
+  ``zoneout``; docs/keras_layers.md §7).
 - ``CudnnRNN`` (and ``CudnnLSTM``, ``CudnnGRU``; module ``cudnn_rnn``): the CudnnRNN op family as
   one multi-layer layer (``num_layers``, ``bidirectional``, ``dropout`` between layers,
   ``num_proj`` for LSTM) with an opaque ``params`` weight in cuDNN's canonical packing and
   ``get_canonical_weights`` / ``set_canonical_weights``; ``params_size`` gives the length of
   ``params``.
+- ``LSTMCell``, ``GRUCell``, ``SimpleRNNCell`` (module ``cells``): drop-ins for Keras' cells
+  whose step is one fused op, with zoneout: for loops that step a cell themselves.
 - ``LSTMBlockCell`` (module ``lstm_block_cell``): the ``LSTMBlockCell`` op as a cell for
   ``keras.layers.RNN`` (``forget_bias``, ``cell_clip``, peepholes).
 - ``to_stock_keras(model)`` (module ``export``): the same model of stock Keras layers with
@@ -48,6 +51,7 @@ What the modules share (registration, the backend check, reading weights and inp
 ``_common``.
 """
 
+from tf_lstm_ops.keras.cells import GRUCell, LSTMCell, SimpleRNNCell
 from tf_lstm_ops.keras.cudnn_rnn import CudnnGRU, CudnnLSTM, CudnnRNN, params_size
 from tf_lstm_ops.keras.drop_in import GRU, LSTM, SimpleRNN
 from tf_lstm_ops.keras.export import to_stock_keras
@@ -57,6 +61,9 @@ __all__ = [
     "LSTM",
     "GRU",
     "SimpleRNN",
+    "LSTMCell",
+    "GRUCell",
+    "SimpleRNNCell",
     "CudnnRNN",
     "CudnnLSTM",
     "CudnnGRU",

@@ -19,6 +19,7 @@ import keras
 import tensorflow as tf
 
 from tf_lstm_ops._fused_rnn import (
+    ZoneoutLayer,
     dropout_applies,
     keras_cell_attrs,
     keras_params,
@@ -89,19 +90,58 @@ def _gate_activations_reason(cell):
             or _activation_reason("recurrent_activation", cell.recurrent_activation))
 
 
-class _FusedRNNMixin(_Keras3Only):
+def cell_params(cell, rnn_mode, dtype):
+    """A Keras cell's weights as the op's params buffer, in `dtype`."""
+    bias = _read(cell.bias, dtype) if cell.use_bias else None
+    return keras_params(rnn_mode, _read(cell.kernel, dtype), _read(cell.recurrent_kernel, dtype),
+                        bias)
+
+
+def cell_attrs(cell, rnn_mode):
+    """CudnnRNNV3Keras's attributes for a Keras cell (keras_cell_attrs)."""
+    gated = rnn_mode in ("lstm", "gru")
+    return keras_cell_attrs(
+        rnn_mode, _activation_name(cell.activation),
+        _activation_name(cell.recurrent_activation) if gated else None,
+        getattr(cell, "reset_after", True))
+
+
+def cell_dropout(cell, rnn_mode, x, h0, training):
+    """Keras' dropout as its cell applies it, with the masks the cell holds for this call (drawn
+    by Keras' RNN.call, or on a cell's first step: the cell's seed generator, in Keras' order;
+    docs/keras_layers.md §5): (x [B, T, I] times the input mask where one serves every gate, the
+    op's per-gate input masks where each gate has its own (implementation 1), its recurrent
+    masks). LSTM and GRU apply a rate in (0, 1), SimpleRNN any rate > 0, and only while
+    training."""
+    gated = rnn_mode in ("lstm", "gru")
+
+    def applies(rate):
+        return bool(training) and dropout_applies(rate, gated)
+
+    input_masks = recurrent_masks = None
+    if applies(cell.dropout):
+        mask = cell.get_dropout_mask(x[:, 0, :])
+        if isinstance(mask, (list, tuple)):
+            input_masks = operand_masks(rnn_mode, mask, x.dtype)
+        else:
+            x = x * tf.expand_dims(tf.cast(mask, x.dtype), 1)
+    if applies(cell.recurrent_dropout):
+        recurrent_masks = operand_masks(rnn_mode, cell.get_recurrent_dropout_mask(h0), x.dtype)
+    return x, input_masks, recurrent_masks
+
+
+def keras_uniform(cell):
+    """Uniform [0, 1) draws of a shape from the cell's seed generator (zoneout's masks)."""
+    return lambda shape: keras.random.uniform(shape, seed=cell.seed_generator)
+
+
+class _FusedRNNMixin(ZoneoutLayer, _Keras3Only):
     """inner_loop for Keras' RNN subclasses: one CudnnRNNV3 op over the whole sequence, returning
     exactly what Keras' generic backend.rnn loop returns (its (last_output, outputs, states)), or
     the Keras class's own inner_loop for a call the kernel cannot serve."""
 
     _rnn_mode = None
     _keras_class = None  # the Keras layer this one replaces, whose inner_loop is the fallback
-
-    def _params(self, dtype):
-        cell = self.cell
-        bias = _read(cell.bias, dtype) if cell.use_bias else None
-        return keras_params(self._rnn_mode, _read(cell.kernel, dtype),
-                            _read(cell.recurrent_kernel, dtype), bias)
 
     def _static_fallback_reason(self):
         """Why no call of this layer can run the fused kernel (None: calls can)."""
@@ -123,6 +163,7 @@ class _FusedRNNMixin(_Keras3Only):
         if reason is None and in_xla_context():
             reason = "compiled by XLA (jit_compile=True), where the custom op has no kernel"
         if reason is not None:
+            self._refuse_unzoned(reason)
             warn_fallback(self, reason)
             return keras_loop()
         if mask is not None:
@@ -138,40 +179,19 @@ class _FusedRNNMixin(_Keras3Only):
         lstm = self._rnn_mode == "lstm"
         h0 = tf.cast(initial_state[0], dtype)
         c0 = tf.cast(initial_state[1], dtype) if lstm else None
-        x, input_masks, recurrent_masks = self._dropout(x, initial_state[0], training)
         cell = self.cell
-        cell_attrs = keras_cell_attrs(
-            self._rnn_mode, _activation_name(cell.activation),
-            _activation_name(getattr(cell, "recurrent_activation", None))
-            if self._rnn_mode in ("lstm", "gru") else None, getattr(cell, "reset_after", True))
-        return keras_rnn_loop(x, h0, c0, self._params(dtype), mask, self._rnn_mode,
-                              self.go_backwards, self.return_sequences,
-                              self.zero_output_for_mask, training, cell_attrs, input_masks,
-                              recurrent_masks)
+        x, input_masks, recurrent_masks = cell_dropout(cell, self._rnn_mode, x,
+                                                       initial_state[0], training)
+        # (drawn after Keras' dropout masks, which so stay those Keras draws)
+        zoneout = self._zoneout_weights(x, bool(training), keras_uniform(cell))
+        return keras_rnn_loop(x, h0, c0, cell_params(cell, self._rnn_mode, dtype), mask,
+                              self._rnn_mode, self.go_backwards, self.return_sequences,
+                              self.zero_output_for_mask, training,
+                              cell_attrs(cell, self._rnn_mode), input_masks, recurrent_masks,
+                              *zoneout)
 
-    def _dropout(self, x, h0, training):
-        """Keras' dropout as its cell applies it, with the masks Keras' RNN.call drew for this call
-        (the cell's seed generator, in Keras' order; docs/keras_layers.md §5): (x times the input
-        mask where one serves every gate, the op's per-gate input masks where each gate has its
-        own (implementation 1), its recurrent masks). LSTM and GRU apply a rate in (0, 1),
-        SimpleRNN any rate > 0, and only while training."""
-        cell = self.cell
-        gated = self._rnn_mode in ("lstm", "gru")
-
-        def applies(rate):
-            return bool(training) and dropout_applies(rate, gated)
-
-        input_masks = recurrent_masks = None
-        if applies(cell.dropout):
-            mask = cell.get_dropout_mask(x[:, 0, :])
-            if isinstance(mask, (list, tuple)):
-                input_masks = operand_masks(self._rnn_mode, mask, x.dtype)
-            else:
-                x = x * tf.expand_dims(tf.cast(mask, x.dtype), 1)
-        if applies(cell.recurrent_dropout):
-            recurrent_masks = operand_masks(
-                self._rnn_mode, cell.get_recurrent_dropout_mask(h0), x.dtype)
-        return x, input_masks, recurrent_masks
+    def get_config(self):
+        return {**super().get_config(), **self._zoneout_config()}
 
 
 @_register
@@ -186,6 +206,7 @@ class LSTM(_FusedRNNMixin, keras.layers.LSTM):
 
     _rnn_mode = "lstm"
     _keras_class = keras.layers.LSTM
+    _zoneout_args = ("zoneout_h", "zoneout_c")
 
     def __init__(
         self,
@@ -213,6 +234,8 @@ class LSTM(_FusedRNNMixin, keras.layers.LSTM):
         stateful=False,
         unroll=False,
         use_cudnn="auto",
+        zoneout_h=0.0,
+        zoneout_c=0.0,
         **kwargs,
     ):
         _check_backend("LSTM")
@@ -244,6 +267,7 @@ class LSTM(_FusedRNNMixin, keras.layers.LSTM):
             **kwargs,
         )
         self.supports_jit = False  # the custom op has no XLA kernel
+        self._init_zoneout(zoneout_h=zoneout_h, zoneout_c=zoneout_c)
 
     def _static_fallback_reason(self):
         return super()._static_fallback_reason() or _gate_activations_reason(self.cell)
@@ -264,6 +288,7 @@ class GRU(_FusedRNNMixin, keras.layers.GRU):
 
     _rnn_mode = "gru"
     _keras_class = keras.layers.GRU
+    _zoneout_args = ("zoneout",)
 
     def __init__(
         self,
@@ -291,6 +316,7 @@ class GRU(_FusedRNNMixin, keras.layers.GRU):
         unroll=False,
         reset_after=True,
         use_cudnn="auto",
+        zoneout=0.0,
         **kwargs,
     ):
         _check_backend("GRU")
@@ -322,6 +348,7 @@ class GRU(_FusedRNNMixin, keras.layers.GRU):
             **kwargs,
         )
         self.supports_jit = False  # the custom op has no XLA kernel
+        self._init_zoneout(zoneout=zoneout)
 
     def _static_fallback_reason(self):
         return super()._static_fallback_reason() or _gate_activations_reason(self.cell)
@@ -339,6 +366,7 @@ class SimpleRNN(_FusedRNNMixin, keras.layers.SimpleRNN):
     """
 
     _keras_class = keras.layers.SimpleRNN
+    _zoneout_args = ("zoneout",)
 
     def __init__(
         self,
@@ -363,6 +391,7 @@ class SimpleRNN(_FusedRNNMixin, keras.layers.SimpleRNN):
         stateful=False,
         unroll=False,
         seed=None,
+        zoneout=0.0,
         **kwargs,
     ):
         _check_backend("SimpleRNN")
@@ -393,6 +422,7 @@ class SimpleRNN(_FusedRNNMixin, keras.layers.SimpleRNN):
         # cuDNN's own mode for tanh and relu; Keras' other activations on rnn_tanh's weights
         self._rnn_mode = "rnn_relu" if _activation_name(activation) == "relu" else "rnn_tanh"
         self.supports_jit = False  # the custom op has no XLA kernel
+        self._init_zoneout(zoneout=zoneout)
 
     def _static_fallback_reason(self):
         return (super()._static_fallback_reason()

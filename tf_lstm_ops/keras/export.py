@@ -3,7 +3,8 @@ weights, for exporters that need no custom op at inference (``tf.lite.TFLiteConv
 into builtin TFLite ops; TF Serving or TF.js without the plugin).
 
 ``LSTM``, ``GRU``, ``SimpleRNN`` (also inside ``Bidirectional``) become their Keras classes with the
-same config and weights. ``CudnnLSTM`` / ``CudnnGRU`` / ``CudnnRNN`` become stacked Keras layers
+same config and weights, and ``keras.layers.RNN`` of our ``LSTMCell`` / ``GRUCell`` /
+``SimpleRNNCell`` an RNN of Keras' cell; zoned ones have no twin (Keras has no zoneout). ``CudnnLSTM`` / ``CudnnGRU`` / ``CudnnRNN`` become stacked Keras layers
 (``Bidirectional`` for bidirectional ones, ``Dropout`` between layers, masked steps output zero),
 the canonical weights converted (docs/cudnn_rnn.md §6.5). What has no stock twin is a
 ``ValueError`` naming the layer and the reason: a projection LSTM (``num_proj``), ``return_state``
@@ -14,11 +15,13 @@ TensorFlow's forget-bias gate have no Keras cell).
 import keras
 import numpy as np
 
+from tf_lstm_ops.keras.cells import GRUCell, LSTMCell, SimpleRNNCell
 from tf_lstm_ops.keras.cudnn_rnn import CudnnRNN
 from tf_lstm_ops.keras.drop_in import GRU, LSTM, SimpleRNN
 from tf_lstm_ops.keras.lstm_block_cell import LSTMBlockCell
 
 _DROP_INS = (LSTM, GRU, SimpleRNN)
+_DROP_IN_CELLS = (LSTMCell, GRUCell, SimpleRNNCell)
 
 
 def _no_twin(layer, reason):
@@ -27,7 +30,12 @@ def _no_twin(layer, reason):
 
 
 def _stock_drop_in(layer):
-    """A drop-in layer's Keras class with its config (its weights are set after cloning)."""
+    """A drop-in layer's (or cell's) Keras class with its config (its weights are set after
+    cloning)."""
+    zoneout = layer._zoneout_config()
+    if zoneout:
+        raise _no_twin(layer, "%s: Keras' layers have no zoneout" % ", ".join(
+            "%s=%g" % item for item in zoneout.items()))
     return layer._keras_class.from_config(layer.get_config())
 
 
@@ -107,6 +115,10 @@ def _convert(layer):
                                           **config)
     elif isinstance(layer, CudnnRNN):
         return _stock_layers_of(layer)
+    elif isinstance(getattr(layer, "cell", None), _DROP_IN_CELLS):
+        config = layer.get_config()
+        config.pop("cell")
+        twin = keras.layers.RNN(_stock_drop_in(layer.cell), **config)
     elif isinstance(getattr(layer, "cell", None), LSTMBlockCell):
         raise _no_twin(layer, "LSTMBlockCell's forget bias, peepholes and cell clipping have no "
                               "Keras cell")
