@@ -41,6 +41,8 @@ PRIVATE_OP_NAMES = (
     "CudnnRNNDropoutKept",  # the dropout masks in a reserve space (second derivatives), CPU only
     "CudnnRNNV3Keras",  # V3 with Keras' cell options (the Keras layers run it)
     "CudnnRNNBackpropV3Keras",
+    "LayerNormLSTM",  # the LayerNorm LSTM (its layers and cells run it)
+    "LayerNormLSTMGrad",
 )
 OP_NAMES = (
     "LSTMBlockCell",

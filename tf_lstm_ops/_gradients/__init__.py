@@ -6,7 +6,9 @@ imports this package once, and TensorFlow keeps each registration for the proces
 - cudnn_rnn: CudnnRNN, CudnnRNNV2 and CudnnRNNV3 (through the matching Backprop op), and the
   Keras weight conversions;
 - cudnn_rnn_composite: the CudnnRNNBackprop ops (second derivatives, JVPs), also under TF's own
-  names, for which TF registers none.
+  names, for which TF registers none;
+- layer_norm_lstm: LayerNormLSTM (through LayerNormLSTMGrad) and LayerNormLSTMGrad (its
+  composite).
 Forward ops register under our op namespace (TfLstm>); TF's own forward op names keep TF's
 gradients.
 """
@@ -16,4 +18,5 @@ from tf_lstm_ops._gradients import (  # noqa: F401  (registering is the import)
     block_lstm_composite,
     cudnn_rnn,
     cudnn_rnn_composite,
+    layer_norm_lstm,
 )

@@ -1,0 +1,281 @@
+// OpKernels of the LayerNorm LSTM (CPU; docs/layer_norm_lstm.md §3): validate every input (ranks
+// first, then sizes; docs/validation.md §9), allocate the outputs, run the CPU engine on the op's
+// intra-op pool. There is no GPU engine yet: on a GPU host TensorFlow places these ops on the CPU.
+#define EIGEN_USE_THREADS
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "cc/core/layer_norm_lstm_types.h"
+#include "cc/core/precision.h"
+#include "cc/layer_norm_lstm/cpu_engine.h"
+#include "cc/tf/device.h"
+#include "cc/tf/validation.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/tensor.h"
+
+namespace tf_lstm_ops {
+namespace {
+
+using tensorflow::OpKernel;
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using tensorflow::Tensor;
+using tensorflow::TensorShape;
+
+struct LayerNormLstmAttrs {
+  LayerNormPreset preset = LayerNormPreset::kAddons;
+  float epsilon = 0;
+  bool time_major = false;
+
+  absl::Status Read(OpKernelConstruction* ctx) {
+    std::string norm;
+    TF_RETURN_IF_ERROR(ctx->GetAttr("norm", &norm));
+    LayerNormPresetNamed(norm, &preset);  // (the op def allows only the two names)
+    TF_RETURN_IF_ERROR(ctx->GetAttr("epsilon", &epsilon));
+    if (!(epsilon > 0) || !std::isfinite(epsilon)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "epsilon must be a positive finite number (it keeps 1/sqrt(variance + epsilon) "
+          "finite on a constant row) but is ", epsilon));
+    }
+    return ctx->GetAttr("time_major", &time_major);
+  }
+};
+
+// The forward's inputs, in op-def order (the Grad op's first 16 too).
+constexpr const char* kWeightNames[] = {"kernel", "recurrent_kernel", "bias",
+                                        "gamma_x", "beta_x", "gamma_h",
+                                        "beta_h", "gamma_c", "beta_c"};
+
+// Every input of the forward (as the Grad op repeats them) into m and run, rank first.
+absl::Status ResolveLayerNormLstm(OpKernelContext* ctx, const LayerNormLstmAttrs& attrs,
+                                  LayerNormLstmModel* m, LayerNormLstmRun* run) {
+  const Tensor& input = NamedInput(ctx, "input");
+  const Tensor& input_h = NamedInput(ctx, "input_h");
+  const Tensor& lengths = NamedInput(ctx, "sequence_lengths");
+  const struct {
+    const char* name;
+    int rank;
+  } ranks[] = {{"input", 3},  {"input_h", 2}, {"input_c", 2}, {"kernel", 2},
+               {"recurrent_kernel", 2}, {"bias", 1}, {"gamma_x", 1}, {"beta_x", 1},
+               {"gamma_h", 1}, {"beta_h", 1}, {"gamma_c", 1}, {"beta_c", 1},
+               {"sequence_lengths", 1}};
+  for (const auto& r : ranks) {
+    const Tensor& t = NamedInput(ctx, r.name);
+    if (t.dims() != r.rank) {
+      return absl::InvalidArgumentError(absl::StrCat(r.name, " must be rank ", r.rank,
+                                                     " but is rank ", t.dims(), " (shape ",
+                                                     t.shape().DebugString(), ")"));
+    }
+  }
+  run->time_major = attrs.time_major;
+  run->time = input.dim_size(attrs.time_major ? 0 : 1);
+  run->batch = input.dim_size(attrs.time_major ? 1 : 0);
+  const int64_t B = run->batch, I = input.dim_size(2), H = input_h.dim_size(1);
+  int64_t G;
+  TF_RETURN_IF_ERROR(CheckedProduct({H, 4}, "the gate width 4 * num_units", &G));
+  *m = LayerNormLstmModel{I, H, attrs.preset, attrs.epsilon};
+  const NamedDim batch{B, "batch_size"}, units{H, "num_units"}, gates{G, "4 * num_units"};
+  const NamedDim inputs{I, "input_size"};
+  TF_RETURN_IF_ERROR(CheckShape(input_h, "input_h", {batch, units}));
+  TF_RETURN_IF_ERROR(CheckShape(NamedInput(ctx, "input_c"), "input_c", {batch, units}));
+  TF_RETURN_IF_ERROR(CheckShape(NamedInput(ctx, "kernel"), "kernel", {inputs, gates}));
+  TF_RETURN_IF_ERROR(
+      CheckShape(NamedInput(ctx, "recurrent_kernel"), "recurrent_kernel", {units, gates}));
+  for (const char* name : {"bias", "gamma_x", "beta_x", "gamma_h", "beta_h"}) {
+    TF_RETURN_IF_ERROR(CheckShape(NamedInput(ctx, name), name, {gates}));
+  }
+  for (const char* name : {"gamma_c", "beta_c"}) {
+    TF_RETURN_IF_ERROR(CheckShape(NamedInput(ctx, name), name, {units}));
+  }
+  TF_RETURN_IF_ERROR(CheckShape(lengths, "sequence_lengths", {batch}));
+  const auto values = lengths.flat<int32_t>();
+  for (int64_t b = 0; b < B; ++b) {
+    if (values(b) < 0 || values(b) > run->time) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence_lengths[", b,
+                                                     "] must be in [0, max_time = ", run->time,
+                                                     "] but is ", values(b)));
+    }
+  }
+  run->seq_lengths = values.data();
+  const Tensor& mask = NamedInput(ctx, "recurrent_mask");
+  if (!(mask.dims() == 1 && mask.dim_size(0) == 0)) {  // [0]: no recurrent dropout
+    if (mask.dims() != 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "recurrent_mask must be rank 2 ([batch_size, num_units]) or the empty vector [0] "
+          "(none) but is rank ", mask.dims(), " (shape ", mask.shape().DebugString(), ")"));
+    }
+    TF_RETURN_IF_ERROR(CheckShape(mask, "recurrent_mask", {batch, units}));
+    run->recurrent_mask = mask.tensor_data().data();
+  }
+  TF_RETURN_IF_ERROR(ResolveZoneoutWeights(NamedInput(ctx, "zoneout_h_weights"),
+                                           "zoneout_h_weights", run->time, B, run->time_major, H,
+                                           &run->zoneout_h));
+  TF_RETURN_IF_ERROR(ResolveZoneoutWeights(NamedInput(ctx, "zoneout_c_weights"),
+                                           "zoneout_c_weights", run->time, B, run->time_major, H,
+                                           &run->zoneout_c));
+  int64_t unused;
+  TF_RETURN_IF_ERROR(CheckedProduct({run->time, B, std::max(G, I)},
+                                    "the activations' size (max_time * batch_size * width)",
+                                    &unused));
+  LayerNormLstmRun training = *run;
+  training.training = true;
+  if (LayerNormLstmWorkspaceBytes(*m, training, 8) < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the activations of this run (input ", input.shape().DebugString(), ", num_units ", H,
+        ") overflow int64 bytes"));
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+cpu::LayerNormLstmWeights<T> WeightsOf(OpKernelContext* ctx) {
+  const T* w[9];
+  for (int k = 0; k < 9; ++k) w[k] = NamedInput(ctx, kWeightNames[k]).flat<T>().data();
+  return {w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8]};
+}
+
+int64_t ReserveElements(int64_t bytes, int64_t elem) { return (bytes + elem - 1) / elem; }
+
+template <typename T>
+class LayerNormLstmOp : public OpKernel {
+ public:
+  explicit LayerNormLstmOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, attrs_.Read(ctx));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("is_training", &is_training_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    LayerNormLstmModel m;
+    LayerNormLstmRun run{};
+    OP_REQUIRES_OK(ctx, ResolveLayerNormLstm(ctx, attrs_, &m, &run));
+    run.training = is_training_;
+    const Tensor& input = NamedInput(ctx, "input");
+    const Tensor& input_h = NamedInput(ctx, "input_h");
+    Tensor *output, *output_h, *output_c, *reserve;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(
+                            0, TensorShape({input.dim_size(0), input.dim_size(1), m.num_units}),
+                            &output));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, input_h.shape(), &output_h));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, input_h.shape(), &output_c));
+    const int64_t bytes = LayerNormLstmWorkspaceBytes(m, run, sizeof(AccFor<T>));
+    Tensor scratch;
+    uint8_t* workspace;
+    if (is_training_) {  // the reserve space: what the Grad op reads
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(
+                              3, TensorShape({ReserveElements(bytes, sizeof(T))}), &reserve));
+      workspace = reinterpret_cast<uint8_t*>(reserve->flat<T>().data());
+    } else {
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(3, TensorShape({0}), &reserve));
+      OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_UINT8, TensorShape({bytes}),
+                                             &scratch));
+      workspace = scratch.flat<uint8_t>().data();
+    }
+    const CPUDevice& d = ctx->eigen_device<CPUDevice>();
+    auto data = [ctx](const char* name) { return NamedInput(ctx, name).flat<T>().data(); };
+    const cpu::LayerNormLstmWeights<T> w = WeightsOf<T>(ctx);
+    OP_REQUIRES_OK(ctx, RunOnCpu(ctx, "the forward pass",
+                                 cpu::LayerNormLstmForwardScratchBytes<T>(d, m, run),
+                                 [&](const CPUDevice& device, void* s, size_t n) {
+                                   return cpu::LayerNormLstmForward<T>(
+                                       device, m, run, data("input"), data("input_h"),
+                                       data("input_c"), w, output->flat<T>().data(),
+                                       output_h->flat<T>().data(), output_c->flat<T>().data(),
+                                       workspace, s, n);
+                                 }));
+  }
+
+ private:
+  LayerNormLstmAttrs attrs_;
+  bool is_training_ = true;
+};
+
+template <typename T>
+class LayerNormLstmGradOp : public OpKernel {
+ public:
+  explicit LayerNormLstmGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, attrs_.Read(ctx));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    LayerNormLstmModel m;
+    LayerNormLstmRun run{};
+    OP_REQUIRES_OK(ctx, ResolveLayerNormLstm(ctx, attrs_, &m, &run));
+    run.training = true;
+    const Tensor& input = NamedInput(ctx, "input");
+    const Tensor& input_h = NamedInput(ctx, "input_h");
+    const TensorShape output_shape({input.dim_size(0), input.dim_size(1), m.num_units});
+    OP_REQUIRES(ctx, NamedInput(ctx, "output_backprop").shape() == output_shape,
+                absl::InvalidArgumentError(absl::StrCat(
+                    "output_backprop must have the forward output's shape ",
+                    output_shape.DebugString(), " but has shape ",
+                    NamedInput(ctx, "output_backprop").shape().DebugString())));
+    for (const char* name : {"output_h_backprop", "output_c_backprop"}) {
+      OP_REQUIRES(ctx, NamedInput(ctx, name).shape() == input_h.shape(),
+                  absl::InvalidArgumentError(absl::StrCat(
+                      name, " must have the shape of input_h ", input_h.shape().DebugString(),
+                      " but has shape ", NamedInput(ctx, name).shape().DebugString())));
+    }
+    // The reserve space must come from our training forward with exactly this configuration.
+    const Tensor& reserve = NamedInput(ctx, "reserve_space");
+    const RnnReserveHeader expected = LayerNormLstmHeader(m, run, sizeof(T), sizeof(AccFor<T>));
+    RnnReserveHeader header{};
+    const bool sized = reserve.dims() == 1 &&
+                       reserve.NumElements() == ReserveElements(expected.bytes, sizeof(T));
+    if (sized) std::memcpy(&header, reserve.flat<T>().data(), sizeof(header));
+    OP_REQUIRES(ctx,
+                sized && header.magic == expected.magic &&
+                    header.config_hash == expected.config_hash && header.bytes == expected.bytes,
+                absl::InvalidArgumentError(absl::StrCat(
+                    "reserve_space ", reserve.shape().DebugString(),
+                    " was not produced by a training-mode (is_training=true) LayerNormLSTM "
+                    "forward pass of this model with these inputs' shapes, sequence_lengths, "
+                    "recurrent_mask, zoneout weights, norm, epsilon and dtype")));
+
+    Tensor* out[12];
+    const char* like[] = {"input", "input_h", "input_c"};
+    for (int k = 0; k < 12; ++k) {
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(
+                              k, NamedInput(ctx, k < 3 ? like[k] : kWeightNames[k - 3]).shape(),
+                              &out[k]));
+    }
+    auto data = [ctx](const char* name) { return NamedInput(ctx, name).flat<T>().data(); };
+    auto grad = [&](int k) { return out[k]->flat<T>().data(); };
+    const cpu::LayerNormLstmWeightGrads<T> grads{grad(3), grad(4),  grad(5),  grad(6), grad(7),
+                                                 grad(8), grad(9), grad(10), grad(11)};
+    const cpu::LayerNormLstmWeights<T> w = WeightsOf<T>(ctx);
+    const CPUDevice& d = ctx->eigen_device<CPUDevice>();
+    OP_REQUIRES_OK(
+        ctx, RunOnCpu(ctx, "the backward pass",
+                      cpu::LayerNormLstmBackwardScratchBytes<T>(d, m, run),
+                      [&](const CPUDevice& device, void* s, size_t n) {
+                        return cpu::LayerNormLstmBackward<T>(
+                            device, m, run, data("input"), data("input_h"), data("input_c"), w,
+                            data("output_backprop"), data("output_h_backprop"),
+                            data("output_c_backprop"),
+                            reinterpret_cast<const uint8_t*>(reserve.flat<T>().data()), grad(0),
+                            grad(1), grad(2), grads, s, n);
+                      }));
+  }
+
+ private:
+  LayerNormLstmAttrs attrs_;
+};
+
+#define TF_LSTM_OPS_REGISTER(T)                                                              \
+  REGISTER_KERNEL_BUILDER(                                                                   \
+      Name("TfLstm>LayerNormLSTM").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"),    \
+      LayerNormLstmOp<T>);                                                                   \
+  REGISTER_KERNEL_BUILDER(                                                                   \
+      Name("TfLstm>LayerNormLSTMGrad").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
+      LayerNormLstmGradOp<T>);
+TF_LSTM_OPS_REGISTER(Eigen::half)
+TF_LSTM_OPS_REGISTER(Eigen::bfloat16)
+TF_LSTM_OPS_REGISTER(float)
+TF_LSTM_OPS_REGISTER(double)
+#undef TF_LSTM_OPS_REGISTER
+
+}  // namespace
+}  // namespace tf_lstm_ops
