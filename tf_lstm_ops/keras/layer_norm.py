@@ -1,0 +1,262 @@
+"""``LayerNormLSTM`` and ``LayerNormLSTMCell``: the LayerNorm LSTM (docs/layer_norm_lstm.md) on the
+fused ``TfLstm>LayerNormLSTM`` op, as a layer (one op for the whole sequence) and as a cell (one
+op per step, for ``keras.layers.RNN`` and decoder loops), with zoneout.
+
+    tlk.LayerNormLSTM(256, return_sequences=True)                 # TF Addons' cell, fused
+    tlk.LayerNormLSTM(256, norm="paper", zoneout_h=0.1)           # Ba et al. / haste
+
+The cell subclasses ``keras.layers.LSTMCell``: the same arguments and weights (``kernel``,
+``recurrent_kernel``, ``bias``, gates i, f, c, o, ``unit_forget_bias``), plus three
+``LayerNormalization`` sublayers created in TF Addons' order (``kernel_norm``, ``recurrent_norm``,
+``state_norm``), so an Addons ``LayerNormLSTMCell``'s ``get_weights()`` loads with
+``set_weights``; ``haste_weights`` converts haste's. Dropout is TF Addons': one input mask and one
+recurrent mask for every gate (docs/keras_layers.md §8).
+"""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tf_lstm_ops._fused_rnn import (
+    ZoneoutLayer,
+    dropout_applies,
+    is_inference,
+    masked_rnn_loop,
+    step_mask,
+    warn_fallback,
+)
+from tf_lstm_ops._loader import library
+from tf_lstm_ops.keras._common import _Keras3Only, _as_input, _check_backend, _read, _register
+from tf_lstm_ops.keras.drop_in import keras_uniform
+
+# ε of each preset where the layer is not given one: TF Addons' 1e-3, haste's and the paper
+# authors' 1e-5.
+DEFAULT_EPSILON = {"addons": 1e-3, "paper": 1e-5}
+_NORM_ARGS = ("norm", "epsilon", "center", "gamma_initializer", "beta_initializer",
+              "gamma_regularizer", "beta_regularizer")
+
+
+def _norm_options(norm, epsilon):
+    if norm not in DEFAULT_EPSILON:
+        raise ValueError("norm must be 'addons' (TF Addons' LayerNormLSTMCell: the normalised "
+                         "cell state carried) or 'paper' (Ba et al., haste: the raw cell state "
+                         "carried), got %r" % (norm,))
+    epsilon = DEFAULT_EPSILON[norm] if epsilon is None else epsilon
+    if not isinstance(epsilon, (int, float)) or not 0 < epsilon < float("inf"):
+        raise ValueError("epsilon must be a positive number, got %r" % (epsilon,))
+    return norm, float(epsilon)
+
+
+@_register
+class LayerNormLSTMCell(ZoneoutLayer, _Keras3Only, keras.layers.LSTMCell):
+    """A LayerNorm LSTM step (docs/layer_norm_lstm.md §1) as one fused op.
+
+    Args (beyond ``keras.layers.LSTMCell``'s; activation and recurrent_activation must be tanh
+    and sigmoid, the fused cell's):
+      norm: "addons" (the normalised cell state carried; default) or "paper" (the raw one).
+      epsilon: of the three norms; None: 1e-3 for "addons", 1e-5 for "paper".
+      center: β on the x·W and h·R norms (haste's layers have none: False); the cell state's
+        norm always has β.
+      gamma_initializer, beta_initializer, gamma_regularizer, beta_regularizer: of the norms.
+      zoneout_h, zoneout_c: zoneout rates (docs/keras_layers.md §7).
+    """
+
+    _zoneout_args = ("zoneout_h", "zoneout_c")
+
+    def __init__(self, units, norm="addons", epsilon=None, center=True,
+                 gamma_initializer="ones", beta_initializer="zeros", gamma_regularizer=None,
+                 beta_regularizer=None, zoneout_h=0.0, zoneout_c=0.0, **kwargs):
+        _check_backend(type(self).__name__)
+        super().__init__(units, **kwargs)
+        self.norm, self.epsilon = _norm_options(norm, epsilon)
+        self.center = bool(center)
+        self.gamma_initializer = keras.initializers.get(gamma_initializer)
+        self.beta_initializer = keras.initializers.get(beta_initializer)
+        self.gamma_regularizer = keras.regularizers.get(gamma_regularizer)
+        self.beta_regularizer = keras.regularizers.get(beta_regularizer)
+        for arg, name in (("activation", "tanh"), ("recurrent_activation", "sigmoid")):
+            if getattr(self, arg) is not keras.activations.get(name):
+                raise ValueError("%s: %s must be %r, the fused LayerNorm LSTM's, got %r" % (
+                    type(self).__name__, arg, name, kwargs.get(arg)))
+
+        def norm_layer(name, center):
+            return keras.layers.LayerNormalization(
+                epsilon=self.epsilon, center=center, gamma_initializer=self.gamma_initializer,
+                beta_initializer=self.beta_initializer, gamma_regularizer=self.gamma_regularizer,
+                beta_regularizer=self.beta_regularizer, dtype=self.dtype_policy, name=name)
+
+        self.kernel_norm = norm_layer("kernel_norm", self.center)
+        self.recurrent_norm = norm_layer("recurrent_norm", self.center)
+        self.state_norm = norm_layer("state_norm", True)
+        self.supports_jit = False  # the custom op has no XLA kernel
+        self._init_zoneout(zoneout_h=zoneout_h, zoneout_c=zoneout_c)
+
+    def _static_fallback_reason(self):
+        return None  # (every step runs the fused op)
+
+    def build(self, input_shape):
+        super().build(input_shape)
+        gates = 4 * self.units
+        self.kernel_norm.build((None, gates))
+        self.recurrent_norm.build((None, gates))
+        self.state_norm.build((None, self.units))
+
+    def _weights(self, dtype):
+        """The op's nine weight inputs in `dtype` (zeros for an absent bias or β)."""
+        gates = 4 * self.units
+
+        def read(variable, size):
+            return tf.zeros([size], dtype) if variable is None else _read(variable, dtype)
+
+        return dict(
+            kernel=_read(self.kernel, dtype), recurrent_kernel=_read(self.recurrent_kernel, dtype),
+            bias=read(self.bias, gates),
+            gamma_x=_read(self.kernel_norm.gamma, dtype), beta_x=read(self.kernel_norm.beta, gates),
+            gamma_h=_read(self.recurrent_norm.gamma, dtype),
+            beta_h=read(self.recurrent_norm.beta, gates),
+            gamma_c=_read(self.state_norm.gamma, dtype), beta_c=read(self.state_norm.beta,
+                                                                     self.units))
+
+    def dropout_masks(self, x_step, h0, training):
+        """TF Addons' dropout: one input mask and one recurrent mask for every gate (the first
+        of the masks Keras' cell draws), applied while training a rate in (0, 1); None where
+        none."""
+        def first(mask):
+            return mask[0] if isinstance(mask, (list, tuple)) else mask
+
+        masks = [None, None]
+        if bool(training) and dropout_applies(self.dropout, True):
+            masks[0] = tf.cast(first(self.get_dropout_mask(x_step)), x_step.dtype)
+        if bool(training) and dropout_applies(self.recurrent_dropout, True):
+            masks[1] = tf.cast(first(self.get_recurrent_dropout_mask(h0)), x_step.dtype)
+        return masks
+
+    def run(self, x, h0, c0, seq_lengths, recurrent_mask, zoneout, training):
+        """The fused op over x [B, T, I] from (h0, c0): (outputs, [h, c])."""
+        dtype = x.dtype
+        none = tf.zeros([0], dtype)
+        out = library.op("LayerNormLSTM")(
+            input=x, input_h=tf.cast(h0, dtype), input_c=tf.cast(c0, dtype),
+            **self._weights(dtype), sequence_lengths=seq_lengths,
+            recurrent_mask=none if recurrent_mask is None else recurrent_mask,
+            zoneout_h_weights=none if zoneout[0] is None else tf.cast(zoneout[0], dtype),
+            zoneout_c_weights=none if zoneout[1] is None else tf.cast(zoneout[1], dtype),
+            norm=self.norm, epsilon=self.epsilon, time_major=False,
+            is_training=not is_inference(training))
+        return out.output, [out.output_h, out.output_c]
+
+    def call(self, inputs, states, training=False):
+        h0, c0 = states
+        x = _as_input(inputs, self)
+        input_mask, recurrent_mask = self.dropout_masks(x, h0, training)
+        if input_mask is not None:
+            x = x * input_mask
+        x = tf.expand_dims(x, 1)  # a sequence of one step
+        zoneout = self._zoneout_weights(x, bool(training), keras_uniform(self))
+        _, (h, c) = self.run(x, h0, c0, tf.ones([tf.shape(x)[0]], tf.int32), recurrent_mask,
+                             zoneout, training)
+        return h, [h, c]
+
+    def get_config(self):
+        config = {
+            "norm": self.norm,
+            "epsilon": self.epsilon,
+            "center": self.center,
+            "gamma_initializer": keras.initializers.serialize(self.gamma_initializer),
+            "beta_initializer": keras.initializers.serialize(self.beta_initializer),
+            "gamma_regularizer": keras.regularizers.serialize(self.gamma_regularizer),
+            "beta_regularizer": keras.regularizers.serialize(self.beta_regularizer),
+        }
+        return {**super().get_config(), **config, **self._zoneout_config()}
+
+
+@_register
+class LayerNormLSTM(_Keras3Only, keras.layers.RNN):
+    """The LayerNorm LSTM as a layer: one fused op for the whole sequence (forward and backward).
+
+    Takes ``keras.layers.LSTM``'s arguments (activations fixed to tanh and sigmoid;
+    ``use_cudnn`` and ``implementation`` do not apply) and ``LayerNormLSTMCell``'s (``norm``,
+    ``epsilon``, ``center``, the norms' initializers and regularizers, ``zoneout_h``,
+    ``zoneout_c``). Masks of any pattern, ``go_backwards``, ``stateful``, ``return_state``,
+    ``Bidirectional`` and mixed precision run the fused op; ``unroll=True`` runs Keras' loop of
+    the fused cell (one op per step), with a warning.
+    """
+
+    def __init__(self, units, norm="addons", epsilon=None, center=True, activation="tanh",
+                 recurrent_activation="sigmoid", use_bias=True,
+                 kernel_initializer="glorot_uniform", recurrent_initializer="orthogonal",
+                 bias_initializer="zeros", unit_forget_bias=True, gamma_initializer="ones",
+                 beta_initializer="zeros", kernel_regularizer=None, recurrent_regularizer=None,
+                 bias_regularizer=None, gamma_regularizer=None, beta_regularizer=None,
+                 activity_regularizer=None, kernel_constraint=None, recurrent_constraint=None,
+                 bias_constraint=None, dropout=0.0, recurrent_dropout=0.0, zoneout_h=0.0,
+                 zoneout_c=0.0, seed=None, return_sequences=False, return_state=False,
+                 go_backwards=False, stateful=False, unroll=False, **kwargs):
+        cell = LayerNormLSTMCell(
+            units, norm=norm, epsilon=epsilon, center=center, activation=activation,
+            recurrent_activation=recurrent_activation, use_bias=use_bias,
+            kernel_initializer=kernel_initializer, recurrent_initializer=recurrent_initializer,
+            bias_initializer=bias_initializer, unit_forget_bias=unit_forget_bias,
+            gamma_initializer=gamma_initializer, beta_initializer=beta_initializer,
+            kernel_regularizer=kernel_regularizer, recurrent_regularizer=recurrent_regularizer,
+            bias_regularizer=bias_regularizer, gamma_regularizer=gamma_regularizer,
+            beta_regularizer=beta_regularizer, kernel_constraint=kernel_constraint,
+            recurrent_constraint=recurrent_constraint, bias_constraint=bias_constraint,
+            dropout=dropout, recurrent_dropout=recurrent_dropout, zoneout_h=zoneout_h,
+            zoneout_c=zoneout_c, seed=seed, dtype=kwargs.get("dtype"),
+            trainable=kwargs.get("trainable", True), name="layer_norm_lstm_cell")
+        super().__init__(cell, return_sequences=return_sequences, return_state=return_state,
+                         go_backwards=go_backwards, stateful=stateful, unroll=unroll,
+                         activity_regularizer=activity_regularizer, **kwargs)
+        self.input_spec = keras.layers.InputSpec(ndim=3)
+        self.supports_jit = False
+
+    def inner_loop(self, sequences, initial_state, mask, training=False):
+        if keras.tree.is_nested(mask):
+            mask = mask[0]
+        if self.unroll:
+            warn_fallback(self, "unroll=True (asks for Keras' unrolled loop; each step is still "
+                                "one fused op)")
+            return super().inner_loop(sequences, initial_state, mask, training=training)
+        x = _as_input(sequences, self)
+        if mask is not None:
+            shape = tf.shape(x)
+            mask = step_mask(mask, shape[0], shape[1])
+        cell = self.cell
+        h0, c0 = (tf.cast(s, x.dtype) for s in initial_state)
+        input_mask, recurrent_mask = cell.dropout_masks(x[:, 0, :], initial_state[0], training)
+        if input_mask is not None:  # (the same mask at every step, as the cell's)
+            x = x * tf.expand_dims(input_mask, 1)
+        zoneout = cell._zoneout_weights(x, bool(training), keras_uniform(cell))
+
+        def run(x, seq_lengths, zoneout):
+            return cell.run(x, h0, c0, seq_lengths, recurrent_mask, zoneout, training)
+
+        return masked_rnn_loop(x, mask, self.go_backwards, self.return_sequences,
+                               self.zero_output_for_mask, run, zoneout)
+
+    def get_config(self):
+        cell_config = self.cell.get_config()
+        for key in ("name", "trainable", "dtype", "implementation"):
+            cell_config.pop(key, None)
+        base_config = super().get_config()
+        del base_config["cell"]
+        return {**base_config, **cell_config}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+
+def haste_weights(kernel, recurrent_kernel, bias, gamma, gamma_h, beta_h):
+    """haste's LayerNormLSTM variables (kernel [I, 4H], recurrent_kernel [H, 4H], bias [4H],
+    gamma [2, 4H], gamma_h [H], beta_h [H]; gates i, g, f, o) as the get_weights() list of a
+    LayerNormLSTM(norm="paper", center=False) (gates i, f, c, o; epsilon 1e-5, haste's), with
+    NumPy arrays."""
+    def reorder(a):  # gate blocks i, g, f, o -> i, f, g(c), o along the last axis
+        i, g, f, o = np.split(np.asarray(a), 4, axis=-1)
+        return np.concatenate([i, f, g, o], axis=-1)
+
+    gamma = np.asarray(gamma)
+    return [reorder(kernel), reorder(recurrent_kernel), reorder(bias), reorder(gamma[0]),
+            reorder(gamma[1]), np.asarray(gamma_h), np.asarray(beta_h)]
