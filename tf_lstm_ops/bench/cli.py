@@ -17,6 +17,8 @@ from tf_lstm_ops.bench.contenders import (
     FAMILIES,
     CONFIG_BASELINE,
     CONFIG_CONTENDERS,
+    LAYER_NORM_BASELINE,
+    LAYER_NORM_CONTENDERS,
     HVP_CONTENDERS,
     INFERENCE_BASELINE,
     INFERENCE_CONTENDERS,
@@ -162,6 +164,12 @@ def build_parser():
                            "keras.layers', beside our default layer (contenders %s unless "
                            "--contenders is given; baseline %s)"
                            % (",".join(CONFIG_CONTENDERS), CONFIG_BASELINE))
+    mode.add_argument("--layernorm", action="store_true",
+                      help="time fwd and fwd+bwd of the LayerNorm LSTM (lstm family only): our "
+                           "LayerNormLSTM layers and TF Addons' cell written with Keras ops in "
+                           "keras.layers.RNN, beside our plain LSTM layer (contenders %s unless "
+                           "--contenders is given; baseline %s)"
+                           % (",".join(LAYER_NORM_CONTENDERS), LAYER_NORM_BASELINE))
     parser.add_argument("--baseline", metavar="KEY", choices=CONTENDER_KEYS,
                         help="contender the speedup column divides by (default ours_block for "
                              "lstm, ours_cudnn for gru, --hvp's and --inference's above; the "
@@ -233,6 +241,13 @@ def parse_args(argv=None):
             args.contenders = list(CONFIG_CONTENDERS)
         if args.baseline is None:
             args.baseline = CONFIG_BASELINE
+    if args.layernorm:
+        if args.contenders is None:
+            args.contenders = list(LAYER_NORM_CONTENDERS)
+        if args.baseline is None:
+            args.baseline = LAYER_NORM_BASELINE
+        if args.family is None:
+            args.families = ["lstm"]
     if args.contenders is not None:
         args.contenders = list(dict.fromkeys(args.contenders))
         if not any(contenders_for(f, args.contenders) for f in args.families):

@@ -420,6 +420,54 @@ def _config_contenders(family, layer_name):
     return tuple(out)
 
 
+# --layernorm: the LayerNorm LSTM (docs/layer_norm_lstm.md), ours and what a Keras user runs
+# today: TF Addons' cell written with Keras ops (an LSTMCell whose step normalises x·W, h·R and
+# c with LayerNormalization layers) in keras.layers.RNN.
+def _keras_layer_norm_lstm(case):
+    import keras
+
+    class AddonsCell(keras.layers.LSTMCell):
+        def __init__(self, units, **kwargs):
+            super().__init__(units, **kwargs)
+            self.norms = [keras.layers.LayerNormalization(dtype=self.dtype_policy)
+                          for _ in range(3)]
+
+        def build(self, input_shape):
+            super().build(input_shape)
+            for norm, width in zip(self.norms, (4, 4, 1)):
+                norm.build((None, width * self.units))
+
+        def call(self, inputs, states, training=False):
+            h, c = states
+            x_norm, h_norm, c_norm = self.norms
+            z = (x_norm(keras.ops.matmul(inputs, self.kernel))
+                 + h_norm(keras.ops.matmul(h, self.recurrent_kernel)) + self.bias)
+            i, f, g, o = keras.ops.split(z, 4, axis=-1)
+            c = c_norm(keras.ops.sigmoid(f) * c + keras.ops.sigmoid(i) * keras.ops.tanh(g))
+            h = keras.ops.sigmoid(o) * keras.ops.tanh(c)
+            return h, [h, c]
+
+    def layer(units, return_sequences, dtype, recurrent_initializer):
+        return keras.layers.RNN(
+            AddonsCell(units, dtype=dtype, recurrent_initializer=recurrent_initializer),
+            return_sequences=return_sequences, dtype=dtype)
+
+    return layer
+
+
+def build_ours_layer_norm(case, **kwargs):
+    try:
+        import tf_lstm_ops.keras as tlk
+    except Exception as error:  # the module is optional for the benchmark
+        raise Skip("tf_lstm_ops.keras not importable (%s: %s)"
+                   % (type(error).__name__, _first_line(error)))
+    return _keras_phases(tlk.LayerNormLSTM, case, **kwargs)
+
+
+def build_keras_layer_norm(case):
+    return _keras_phases(_keras_layer_norm_lstm(case), case)
+
+
 def build_ours_keras_fallback(case):
     # use_cudnn=False: a configuration our layer hands to Keras' own loop (with a warning)
     import logging
@@ -723,6 +771,18 @@ CONTENDERS = (
     Contender("keras_fallback", "lstm", "keras.layers.LSTM(use_cudnn=False)", ("fwd", "fwd+bwd"),
               build_keras_fallback),
     Contender("torch", "lstm", "torch.nn.LSTM", PHASES, build_torch, needs="torch"),
+    Contender("ours_layernorm", "lstm", "ours keras.LayerNormLSTM (TF Addons')",
+              ("fwd", "fwd+bwd"), build_ours_layer_norm, ours=True, opt_in=True),
+    Contender("ours_layernorm_paper", "lstm", "ours keras.LayerNormLSTM(norm='paper')",
+              ("fwd", "fwd+bwd"), functools.partial(build_ours_layer_norm, norm="paper"),
+              ours=True, needs="ours_layernorm", opt_in=True),
+    Contender("ours_layernorm_zoneout", "lstm",
+              "ours keras.LayerNormLSTM(zoneout_h=zoneout_c=0.1)", ("fwd", "fwd+bwd"),
+              functools.partial(build_ours_layer_norm, zoneout_h=0.1, zoneout_c=0.1),
+              ours=True, needs="ours_layernorm", opt_in=True),
+    Contender("keras_layernorm", "lstm",
+              "keras.layers.RNN(TF Addons' LayerNorm LSTM cell in Keras ops)",
+              ("fwd", "fwd+bwd"), build_keras_layer_norm, opt_in=True),
     Contender("ours_block_hvp", "lstm", "ours BlockLSTMV2 HVP", (HVP_PHASE,), build_ours_block_hvp,
               ours=True, opt_in=True),
     *_hvp_contenders("lstm", "ours CudnnRNNV3", "LSTM"),
@@ -758,6 +818,10 @@ CONFIG_CONTENDERS = ("ours_keras", "ours_keras_mask", "keras_mask", "ours_keras_
                      "ours_keras_reset_before", "keras_reset_before", "ours_keras_zoneout",
                      "keras_zoneout", "ours_keras_zoneout_gru", "keras_zoneout_gru")
 CONFIG_BASELINE = "ours_keras"
+# What --layernorm runs: the LayerNorm LSTM, ours and Keras', beside our plain LSTM layer.
+LAYER_NORM_CONTENDERS = ("ours_keras", "ours_layernorm", "ours_layernorm_paper",
+                         "ours_layernorm_zoneout", "keras_layernorm")
+LAYER_NORM_BASELINE = "ours_layernorm"
 DEFAULT_BASELINE = {"lstm": "ours_block", "gru": "ours_cudnn"}
 CONTENDER_KEYS = tuple(dict.fromkeys(c.key for c in CONTENDERS))
 UNSUPPORTED_NOTES = {"tf_block": "TF registers BlockLSTMV2/GradV2 CPU kernels for half and float32"
