@@ -82,9 +82,10 @@ def test_layer_equals_the_keras_construction(rng, norm, extra):
     """Outputs, final states and every gradient in float64 (masks injected into both cells),
     with a pre-padded step mask; the fused layer and Keras' loop of our cell alike."""
     kw = dict(return_sequences=True, return_state=True, **extra)
-    ours = tlk.LayerNormLSTM(H, norm=norm, epsilon=EPS, dtype="float64", **kw)
+    ours = tlk.LayerNormLSTM(H, norm=norm, norm_epsilon=EPS, dtype="float64", **kw)
     theirs = addons_rnn(norm, **kw)
-    stepped = keras.layers.RNN(tlk.LayerNormLSTMCell(H, norm=norm, epsilon=EPS, dtype="float64",
+    stepped = keras.layers.RNN(tlk.LayerNormLSTMCell(H, norm=norm, norm_epsilon=EPS,
+                                                     dtype="float64",
                                                      **{k: v for k, v in extra.items()
                                                         if "dropout" in k}),
                                dtype="float64", **{k: v for k, v in kw.items()
@@ -124,7 +125,7 @@ def test_zoneout_equals_the_reference(rng, monkeypatch, norm):
     w = dict(zip(LN.WEIGHTS, layer.get_weights()))
     x = rng.uniform(-1, 1, (B, T, I))
     zeros = np.zeros((B, H))
-    eps = float(np.float32(layer.cell.epsilon))
+    eps = float(np.float32(layer.cell.norm_epsilon))
     masks = [(rng.uniform(size=(B, T, H)) >= r).astype(np.float64) for r in (0.3, 0.2)]
     monkeypatch.setattr(ZoneoutLayer, "_zoneout_weights",
                         lambda self, x, training, uniform: [tf.constant(m) for m in masks])
@@ -143,7 +144,7 @@ def test_zoneout_equals_the_reference(rng, monkeypatch, norm):
 def test_weights_are_tf_addons_and_haste_converts(rng):
     """The cell's variables in TF Addons' order (an Addons LayerNormLSTMCell's get_weights()
     loads as is); haste_weights maps haste's LayerNormLSTM (gates i, g, f, o, γ only on the x
-    and h norms) to norm="paper", center=False, computing haste's equations."""
+    and h norms) to norm="paper", norm_center=False, computing haste's equations."""
     layer = tlk.LayerNormLSTM(H, dtype="float64")
     layer.build((None, T, I))
     assert [w.path.split("/", 2)[-1] for w in layer.weights] == [
@@ -153,7 +154,7 @@ def test_weights_are_tf_addons_and_haste_converts(rng):
                  recurrent_kernel=rng.uniform(-0.6, 0.6, (H, 4 * H)),
                  bias=rng.uniform(-0.5, 0.5, 4 * H), gamma=rng.uniform(0.5, 1.5, (2, 4 * H)),
                  gamma_h=rng.uniform(0.5, 1.5, H), beta_h=rng.uniform(-0.5, 0.5, H))
-    ours = tlk.LayerNormLSTM(H, norm="paper", center=False, return_sequences=True,
+    ours = tlk.LayerNormLSTM(H, norm="paper", norm_center=False, return_sequences=True,
                              dtype="float64")
     ours.build((None, T, I))
     ours.set_weights(tlk.haste_weights(**haste))
@@ -177,10 +178,10 @@ def test_weights_are_tf_addons_and_haste_converts(rng):
 
 
 def test_config_saving_bidirectional_and_fit(tmp_path, rng):
-    layer = tlk.LayerNormLSTM(3, norm="paper", center=False, zoneout_h=0.1, dropout=0.2)
+    layer = tlk.LayerNormLSTM(3, norm="paper", norm_center=False, zoneout_h=0.1, dropout=0.2)
     config = layer.get_config()
-    assert (config["norm"], config["center"], config["zoneout_h"]) == ("paper", False, 0.1)
-    assert config["epsilon"] == 1e-5 and "zoneout_c" not in config
+    assert (config["norm"], config["norm_center"], config["zoneout_h"]) == ("paper", False, 0.1)
+    assert config["norm_epsilon"] == 1e-5 and "zoneout_c" not in config
     again = tlk.LayerNormLSTM.from_config(config)
     assert (again.cell.norm, again.cell.zoneout_h, again.cell.dropout) == ("paper", 0.1, 0.2)
     model = keras.Sequential([
@@ -218,8 +219,8 @@ def test_stateful_and_mixed_precision(rng):
 @pytest.mark.parametrize("kwargs, match", [
     (dict(activation="relu"), "activation"), (dict(recurrent_activation="hard_sigmoid"),
                                               "recurrent_activation"),
-    (dict(norm="contrib"), "norm"), (dict(epsilon=0.0), "epsilon"),
-    (dict(epsilon=-1.0), "epsilon"), (dict(zoneout_h=1.5), "zoneout_h")])
+    (dict(norm="contrib"), "norm"), (dict(norm_epsilon=0.0), "norm_epsilon"),
+    (dict(norm_epsilon=-1.0), "norm_epsilon"), (dict(zoneout_h=1.5), "zoneout_h")])
 def test_bad_arguments_are_value_errors_naming_them(kwargs, match):
     with pytest.raises(ValueError, match=match):
         tlk.LayerNormLSTM(3, **kwargs)
@@ -229,7 +230,7 @@ def test_second_derivatives_where_kerass_layer_normalization_errs(rng):
     """A Hessian-vector product of ours matches finite differences of its gradient; the Keras
     construction's does not (Keras' LayerNormalization on TensorFlow computes the variance with
     tf.nn.moments, which stops the gradient through the mean: docs/layer_norm_lstm.md §4)."""
-    ours = tlk.LayerNormLSTM(H, epsilon=EPS, dtype="float64")
+    ours = tlk.LayerNormLSTM(H, norm_epsilon=EPS, dtype="float64")
     theirs = addons_rnn("addons")
     for layer in (ours, theirs):
         layer.build((None, T, I))

@@ -32,18 +32,15 @@ from tf_lstm_ops.keras.drop_in import keras_uniform
 # ε of each preset where the layer is not given one: TF Addons' 1e-3, haste's and the paper
 # authors' 1e-5.
 DEFAULT_EPSILON = {"addons": 1e-3, "paper": 1e-5}
-_NORM_ARGS = ("norm", "epsilon", "center", "gamma_initializer", "beta_initializer",
-              "gamma_regularizer", "beta_regularizer")
-
-
-def _norm_options(norm, epsilon):
+def norm_options(norm, norm_epsilon):
+    """The preset and ε of a LayerNorm LSTM (None: the preset's), checked."""
     if norm not in DEFAULT_EPSILON:
         raise ValueError("norm must be 'addons' (TF Addons' LayerNormLSTMCell: the normalised "
                          "cell state carried) or 'paper' (Ba et al., haste: the raw cell state "
                          "carried), got %r" % (norm,))
-    epsilon = DEFAULT_EPSILON[norm] if epsilon is None else epsilon
+    epsilon = DEFAULT_EPSILON[norm] if norm_epsilon is None else norm_epsilon
     if not isinstance(epsilon, (int, float)) or not 0 < epsilon < float("inf"):
-        raise ValueError("epsilon must be a positive number, got %r" % (epsilon,))
+        raise ValueError("norm_epsilon must be a positive number, got %r" % (norm_epsilon,))
     return norm, float(epsilon)
 
 
@@ -52,28 +49,30 @@ class LayerNormLSTMCell(ZoneoutLayer, _Keras3Only, keras.layers.LSTMCell):
     """A LayerNorm LSTM step (docs/layer_norm_lstm.md §1) as one fused op.
 
     Args (beyond ``keras.layers.LSTMCell``'s; activation and recurrent_activation must be tanh
-    and sigmoid, the fused cell's):
+    and sigmoid, the fused cell's; the norm_* names are TF Addons'):
       norm: "addons" (the normalised cell state carried; default) or "paper" (the raw one).
-      epsilon: of the three norms; None: 1e-3 for "addons", 1e-5 for "paper".
-      center: β on the x·W and h·R norms (haste's layers have none: False); the cell state's
-        norm always has β.
-      gamma_initializer, beta_initializer, gamma_regularizer, beta_regularizer: of the norms.
+      norm_epsilon: of the three norms; None: 1e-3 for "addons", 1e-5 for "paper".
+      norm_center: β on the x·W and h·R norms (haste's layers have none: False); the cell
+        state's norm always has β.
+      norm_gamma_initializer, norm_beta_initializer, norm_gamma_regularizer,
+      norm_beta_regularizer: of the norms' γ and β.
       zoneout_h, zoneout_c: zoneout rates (docs/keras_layers.md §7).
     """
 
     _zoneout_args = ("zoneout_h", "zoneout_c")
 
-    def __init__(self, units, norm="addons", epsilon=None, center=True,
-                 gamma_initializer="ones", beta_initializer="zeros", gamma_regularizer=None,
-                 beta_regularizer=None, zoneout_h=0.0, zoneout_c=0.0, **kwargs):
+    def __init__(self, units, norm="addons", norm_epsilon=None, norm_center=True,
+                 norm_gamma_initializer="ones", norm_beta_initializer="zeros",
+                 norm_gamma_regularizer=None, norm_beta_regularizer=None, zoneout_h=0.0,
+                 zoneout_c=0.0, **kwargs):
         _check_backend(type(self).__name__)
         super().__init__(units, **kwargs)
-        self.norm, self.epsilon = _norm_options(norm, epsilon)
-        self.center = bool(center)
-        self.gamma_initializer = keras.initializers.get(gamma_initializer)
-        self.beta_initializer = keras.initializers.get(beta_initializer)
-        self.gamma_regularizer = keras.regularizers.get(gamma_regularizer)
-        self.beta_regularizer = keras.regularizers.get(beta_regularizer)
+        self.norm, self.norm_epsilon = norm_options(norm, norm_epsilon)
+        self.norm_center = bool(norm_center)
+        self.norm_gamma_initializer = keras.initializers.get(norm_gamma_initializer)
+        self.norm_beta_initializer = keras.initializers.get(norm_beta_initializer)
+        self.norm_gamma_regularizer = keras.regularizers.get(norm_gamma_regularizer)
+        self.norm_beta_regularizer = keras.regularizers.get(norm_beta_regularizer)
         for arg, name in (("activation", "tanh"), ("recurrent_activation", "sigmoid")):
             if getattr(self, arg) is not keras.activations.get(name):
                 raise ValueError("%s: %s must be %r, the fused LayerNorm LSTM's, got %r" % (
@@ -81,12 +80,14 @@ class LayerNormLSTMCell(ZoneoutLayer, _Keras3Only, keras.layers.LSTMCell):
 
         def norm_layer(name, center):
             return keras.layers.LayerNormalization(
-                epsilon=self.epsilon, center=center, gamma_initializer=self.gamma_initializer,
-                beta_initializer=self.beta_initializer, gamma_regularizer=self.gamma_regularizer,
-                beta_regularizer=self.beta_regularizer, dtype=self.dtype_policy, name=name)
+                epsilon=self.norm_epsilon, center=center,
+                gamma_initializer=self.norm_gamma_initializer,
+                beta_initializer=self.norm_beta_initializer,
+                gamma_regularizer=self.norm_gamma_regularizer,
+                beta_regularizer=self.norm_beta_regularizer, dtype=self.dtype_policy, name=name)
 
-        self.kernel_norm = norm_layer("kernel_norm", self.center)
-        self.recurrent_norm = norm_layer("recurrent_norm", self.center)
+        self.kernel_norm = norm_layer("kernel_norm", self.norm_center)
+        self.recurrent_norm = norm_layer("recurrent_norm", self.norm_center)
         self.state_norm = norm_layer("state_norm", True)
         self.supports_jit = False  # the custom op has no XLA kernel
         self._init_zoneout(zoneout_h=zoneout_h, zoneout_c=zoneout_c)
@@ -141,7 +142,7 @@ class LayerNormLSTMCell(ZoneoutLayer, _Keras3Only, keras.layers.LSTMCell):
             recurrent_mask=none if recurrent_mask is None else recurrent_mask,
             zoneout_h_weights=none if zoneout[0] is None else tf.cast(zoneout[0], dtype),
             zoneout_c_weights=none if zoneout[1] is None else tf.cast(zoneout[1], dtype),
-            norm=self.norm, epsilon=self.epsilon, time_major=False,
+            norm=self.norm, epsilon=self.norm_epsilon, time_major=False,
             is_training=not is_inference(training))
         return out.output, [out.output_h, out.output_c]
 
@@ -160,12 +161,12 @@ class LayerNormLSTMCell(ZoneoutLayer, _Keras3Only, keras.layers.LSTMCell):
     def get_config(self):
         config = {
             "norm": self.norm,
-            "epsilon": self.epsilon,
-            "center": self.center,
-            "gamma_initializer": keras.initializers.serialize(self.gamma_initializer),
-            "beta_initializer": keras.initializers.serialize(self.beta_initializer),
-            "gamma_regularizer": keras.regularizers.serialize(self.gamma_regularizer),
-            "beta_regularizer": keras.regularizers.serialize(self.beta_regularizer),
+            "norm_epsilon": self.norm_epsilon,
+            "norm_center": self.norm_center,
+            "norm_gamma_initializer": keras.initializers.serialize(self.norm_gamma_initializer),
+            "norm_beta_initializer": keras.initializers.serialize(self.norm_beta_initializer),
+            "norm_gamma_regularizer": keras.regularizers.serialize(self.norm_gamma_regularizer),
+            "norm_beta_regularizer": keras.regularizers.serialize(self.norm_beta_regularizer),
         }
         return {**super().get_config(), **config, **self._zoneout_config()}
 
@@ -176,31 +177,33 @@ class LayerNormLSTM(_Keras3Only, keras.layers.RNN):
 
     Takes ``keras.layers.LSTM``'s arguments (activations fixed to tanh and sigmoid;
     ``use_cudnn`` and ``implementation`` do not apply) and ``LayerNormLSTMCell``'s (``norm``,
-    ``epsilon``, ``center``, the norms' initializers and regularizers, ``zoneout_h``,
+    ``norm_epsilon``, ``norm_center``, the norms' initializers and regularizers, ``zoneout_h``,
     ``zoneout_c``). Masks of any pattern, ``go_backwards``, ``stateful``, ``return_state``,
     ``Bidirectional`` and mixed precision run the fused op; ``unroll=True`` runs Keras' loop of
     the fused cell (one op per step), with a warning.
     """
 
-    def __init__(self, units, norm="addons", epsilon=None, center=True, activation="tanh",
-                 recurrent_activation="sigmoid", use_bias=True,
+    def __init__(self, units, norm="addons", norm_epsilon=None, norm_center=True,
+                 activation="tanh", recurrent_activation="sigmoid", use_bias=True,
                  kernel_initializer="glorot_uniform", recurrent_initializer="orthogonal",
-                 bias_initializer="zeros", unit_forget_bias=True, gamma_initializer="ones",
-                 beta_initializer="zeros", kernel_regularizer=None, recurrent_regularizer=None,
-                 bias_regularizer=None, gamma_regularizer=None, beta_regularizer=None,
-                 activity_regularizer=None, kernel_constraint=None, recurrent_constraint=None,
-                 bias_constraint=None, dropout=0.0, recurrent_dropout=0.0, zoneout_h=0.0,
-                 zoneout_c=0.0, seed=None, return_sequences=False, return_state=False,
-                 go_backwards=False, stateful=False, unroll=False, **kwargs):
+                 bias_initializer="zeros", unit_forget_bias=True, norm_gamma_initializer="ones",
+                 norm_beta_initializer="zeros", kernel_regularizer=None,
+                 recurrent_regularizer=None, bias_regularizer=None, norm_gamma_regularizer=None,
+                 norm_beta_regularizer=None, activity_regularizer=None, kernel_constraint=None,
+                 recurrent_constraint=None, bias_constraint=None, dropout=0.0,
+                 recurrent_dropout=0.0, zoneout_h=0.0, zoneout_c=0.0, seed=None,
+                 return_sequences=False, return_state=False, go_backwards=False, stateful=False,
+                 unroll=False, **kwargs):
         cell = LayerNormLSTMCell(
-            units, norm=norm, epsilon=epsilon, center=center, activation=activation,
-            recurrent_activation=recurrent_activation, use_bias=use_bias,
+            units, norm=norm, norm_epsilon=norm_epsilon, norm_center=norm_center,
+            activation=activation, recurrent_activation=recurrent_activation, use_bias=use_bias,
             kernel_initializer=kernel_initializer, recurrent_initializer=recurrent_initializer,
             bias_initializer=bias_initializer, unit_forget_bias=unit_forget_bias,
-            gamma_initializer=gamma_initializer, beta_initializer=beta_initializer,
-            kernel_regularizer=kernel_regularizer, recurrent_regularizer=recurrent_regularizer,
-            bias_regularizer=bias_regularizer, gamma_regularizer=gamma_regularizer,
-            beta_regularizer=beta_regularizer, kernel_constraint=kernel_constraint,
+            norm_gamma_initializer=norm_gamma_initializer,
+            norm_beta_initializer=norm_beta_initializer, kernel_regularizer=kernel_regularizer,
+            recurrent_regularizer=recurrent_regularizer, bias_regularizer=bias_regularizer,
+            norm_gamma_regularizer=norm_gamma_regularizer,
+            norm_beta_regularizer=norm_beta_regularizer, kernel_constraint=kernel_constraint,
             recurrent_constraint=recurrent_constraint, bias_constraint=bias_constraint,
             dropout=dropout, recurrent_dropout=recurrent_dropout, zoneout_h=zoneout_h,
             zoneout_c=zoneout_c, seed=seed, dtype=kwargs.get("dtype"),
@@ -251,7 +254,7 @@ class LayerNormLSTM(_Keras3Only, keras.layers.RNN):
 def haste_weights(kernel, recurrent_kernel, bias, gamma, gamma_h, beta_h):
     """haste's LayerNormLSTM variables (kernel [I, 4H], recurrent_kernel [H, 4H], bias [4H],
     gamma [2, 4H], gamma_h [H], beta_h [H]; gates i, g, f, o) as the get_weights() list of a
-    LayerNormLSTM(norm="paper", center=False) (gates i, f, c, o; epsilon 1e-5, haste's), with
+    LayerNormLSTM(norm="paper", norm_center=False) (gates i, f, c, o; epsilon 1e-5, haste's), with
     NumPy arrays."""
     def reorder(a):  # gate blocks i, g, f, o -> i, f, g(c), o along the last axis
         i, g, f, o = np.split(np.asarray(a), 4, axis=-1)
