@@ -256,3 +256,74 @@ def test_second_derivatives_where_kerass_layer_normalization_errs(rng):
     numeric = (gradient(ours, x0 + delta * v) - gradient(ours, x0 - delta * v)) / (2 * delta)
     np.testing.assert_allclose(hvp(ours), numeric, atol=1e-6)
     assert np.max(np.abs(hvp(theirs) - numeric)) > 1e-3
+
+
+# ---- tf_keras --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("extra", [dict(go_backwards=True), dict(time_major=True),
+                                   dict(dropout=0.3, recurrent_dropout=0.4)],
+                         ids=["go_backwards", "time_major", "dropout"])
+@pytest.mark.parametrize("norm", ["addons", "paper"])
+def test_tf_keras_twin_equals_the_keras3_layer(rng, norm, extra):
+    """tf_lstm_ops.tf_keras.LayerNormLSTM (and its cell in tf_keras' RNN) against the Keras 3
+    layer (itself equal to the Keras construction, above) in float64: outputs, states and
+    gradients, with a pre-padded mask; dropout with the same masks (tf_keras' draws patched,
+    Keras 3's injected): TF Addons' first mask of each kind."""
+    tf_keras = pytest.importorskip("tf_keras")
+    import tf_lstm_ops.tf_keras as tlk2
+    from conftest import tf_keras_dropout_masks
+
+    time_major = extra.get("time_major", False)
+    kw = dict(return_sequences=True, return_state=True, norm=norm, dtype="float64",
+              **{k: v for k, v in extra.items() if k != "time_major"})
+    ours2 = tlk2.LayerNormLSTM(H, time_major=time_major, **kw)
+    ours3 = tlk.LayerNormLSTM(H, **kw)
+    ours2.build((T, None, I) if time_major else (None, T, I))
+    ours3.build((None, T, I))
+    ours3.set_weights([rng.uniform(-0.7, 0.7, w.shape) + ("gamma" in w.path)
+                       for w in ours3.weights])
+    ours2.set_weights(ours3.get_weights())
+    masks = [tf.constant((rng.uniform(size=(B, n)) >= 0.35) / 0.65) for n in (I, H)]
+    x = rng.uniform(-1, 1, (B, T, I))
+    cot = [rng.uniform(-1, 1, (B, T, H))] + [rng.uniform(-1, 1, (B, H)) for _ in range(2)]
+
+    def inject(layer):
+        layer.cell._dropout_mask, layer.cell._recurrent_dropout_mask = masks
+
+    want = _run(ours3, x, _pre_padded_mask(), cot, True, inject)
+    swap = (lambda a: np.swapaxes(a, 0, 1)) if time_major else (lambda a: a)
+    with tf_keras_dropout_masks(ours2.cell, lambda self, inputs, training, count=1: [masks[0]] * 4,
+                                lambda self, inputs, training, count=1: [masks[1]] * 4):
+        got = _run(ours2, swap(x), swap(_pre_padded_mask()), [swap(cot[0])] + cot[1:], True)
+    got[0], got[3] = swap(np.asarray(got[0])), swap(np.asarray(got[3]))
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-10, rtol=1e-9)
+
+
+def test_tf_keras_cell_is_a_drop_in_for_tf_addons(tmp_path, rng):
+    """TF Addons' constructor arguments and variable names (kernel_norm/gamma, ...), a model that
+    trains and round-trips through .h5 with zoneout, the cell stepping in tf_keras' RNN."""
+    tf_keras = pytest.importorskip("tf_keras")
+    import tf_lstm_ops.tf_keras as tlk2
+
+    cell = tlk2.LayerNormLSTMCell(4, norm_gamma_initializer="ones", norm_beta_initializer="zeros",
+                                  norm_epsilon=1e-3, unit_forget_bias=True, dropout=0.1)
+    layer = tf_keras.layers.RNN(cell, return_sequences=True)
+    x = rng.uniform(-1, 1, (3, T, I)).astype(np.float32)
+    layer(x)
+    assert [w.name.split(cell.name + "/", 1)[1] for w in cell.weights] == [
+        "kernel:0", "recurrent_kernel:0", "bias:0", "kernel_norm/gamma:0", "kernel_norm/beta:0",
+        "recurrent_norm/gamma:0", "recurrent_norm/beta:0", "state_norm/gamma:0",
+        "state_norm/beta:0"]
+    model = tf_keras.Sequential([tf_keras.Input((T, I)),
+                                 tlk2.LayerNormLSTM(4, zoneout_h=0.1, recurrent_dropout=0.2)])
+    model.compile("adam", "mse")
+    model.fit(x, rng.uniform(size=(3, 4)), verbose=0)
+    path = str(tmp_path / "ln.h5")
+    model.save(path)
+    loaded = tf_keras.models.load_model(path)
+    assert loaded.layers[0].cell.zoneout_h == 0.1
+    np.testing.assert_allclose(loaded.predict(x, verbose=0), model.predict(x, verbose=0),
+                               atol=1e-6)
+    with pytest.raises(ValueError, match="activation"):
+        tlk2.LayerNormLSTMCell(4, activation="relu")

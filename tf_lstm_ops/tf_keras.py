@@ -19,7 +19,12 @@ dropout, and also where tf_keras runs its per-step loop, with that loop's dropou
 swish, gelu), ``recurrent_dropout``, ``implementation=1``, ``GRU(reset_after=False)``;
 ``time_major=True``, masks of any pattern and ragged inputs too. Every other call (``unroll``,
 XLA compilation, other activations) runs the tf_keras class's own ``call``, with one warning per
-layer and reason. Results equal tf_keras'.
+layer and reason. Results equal tf_keras'. Zoneout (``zoneout_h`` / ``zoneout_c``, ``zoneout``)
+is ours, on the fused op only.
+
+``LayerNormLSTMCell`` is a drop-in for TF Addons' ``LayerNormLSTMCell`` (its arguments, variables
+and results; each step one fused op) and ``LayerNormLSTM`` the layer that runs the whole sequence
+in one, as ``tf_lstm_ops.keras``'s (docs/layer_norm_lstm.md).
 """
 
 import tensorflow as tf
@@ -32,10 +37,12 @@ from tf_lstm_ops._fused_rnn import (
     keras_cell_attrs,
     keras_params,
     keras_rnn_loop,
+    masked_rnn_loop,
     operand_masks,
     step_mask,
     warn_fallback,
 )
+from tf_lstm_ops._layer_norm import check_activations, norm_options, run_cell_op
 from tf_lstm_ops._loader import in_xla_context
 
 _register = tf_keras.saving.register_keras_serializable(package="tf_lstm_ops")
@@ -93,15 +100,32 @@ class _FusedCall(ZoneoutLayer):
                             self._read(cell.recurrent_kernel, dtype), bias)
 
     def _read(self, variable, dtype):
-        return tf.cast(tf.convert_to_tensor(variable), dtype)
+        return _read_variable(variable, dtype)
+
+    def _loop(self, x, mask, states, training, masks):
+        """The fused loop over batch-major x from the initial states (in x's dtype), with
+        _dropout's masks: (last output, outputs, final states)."""
+        input_masks, recurrent_masks = masks
+        zoneout = self._zoneout_weights(x, _training_or_phase(training),
+                                        self.cell._random_generator.random_uniform)
+        lstm = self._rnn_mode == "lstm"
+        cell = self.cell
+        cell_attrs = keras_cell_attrs(
+            self._rnn_mode, _activation_name(cell.activation),
+            _activation_name(cell.recurrent_activation) if lstm or self._rnn_mode == "gru"
+            else None, getattr(cell, "reset_after", True))
+        return keras_rnn_loop(x, states[0], states[1] if lstm else None,
+                              self._params(x.dtype), mask, self._rnn_mode, self.go_backwards,
+                              self.return_sequences, self.zero_output_for_mask, training,
+                              cell_attrs, input_masks, recurrent_masks, *zoneout)
 
     def _dropout(self, x, h0, training):
         """tf_keras' dropout, drawn and applied as the implementation tf_keras runs for this layer
         does (docs/keras_layers.md §5): (x (as the layer got it: [T, B, I] with time_major) times
-        the input mask where one serves every gate, the op's per-gate input masks where each gate
-        has its own, its recurrent masks). At inference tf_keras' masks are ones: none."""
+        the input mask where one serves every gate, (the op's per-gate input masks where each gate
+        has its own, its recurrent masks)). At inference tf_keras' masks are ones: none."""
         if is_inference(training):
-            return x, None, None
+            return x, (None, None)
         cell = self.cell
         gates = {"lstm": 4, "gru": 3}.get(self._rnn_mode, 1)
         if gates > 1 and self._could_use_gpu_kernel:
@@ -109,7 +133,7 @@ class _FusedCall(ZoneoutLayer):
             # the whole input, a fresh one per step, the first of the per-gate masks it draws.
             self.reset_dropout_mask()
             mask = self.get_dropout_mask_for_cell(x, training, count=gates)
-            return (x if mask is None else x * mask[0]), None, None
+            return (x if mask is None else x * mask[0]), (None, None)
         # tf_keras' per-step loop: the cell's masks, drawn for the first step (input masks, then
         # recurrent ones) and the same at every step. LSTM and GRU draw one per gate and apply a
         # rate in (0, 1): each gate its own with implementation 1 (which recurrent dropout
@@ -129,7 +153,7 @@ class _FusedCall(ZoneoutLayer):
             input_masks = operand_masks(self._rnn_mode, input_mask, x.dtype)
         elif input_mask is not None:
             x = x * tf.expand_dims(input_mask, 0 if self.time_major else 1)
-        return x, input_masks, operand_masks(self._rnn_mode, recurrent_mask, x.dtype)
+        return x, (input_masks, operand_masks(self._rnn_mode, recurrent_mask, x.dtype))
 
     def call(self, inputs, mask=None, training=None, initial_state=None, **kwargs):
         def keras_call():
@@ -164,31 +188,17 @@ class _FusedCall(ZoneoutLayer):
         if not x.dtype.is_floating:
             x = tf.cast(x, self.compute_dtype)
         dtype = x.dtype
-        x, input_masks, recurrent_masks = self._dropout(x, initial_state[0], training)
+        x, masks = self._dropout(x, initial_state[0], training)
         if self.time_major:  # tf_keras' inputs and mask are then [T, B, ...], its outputs too
             x = tf.transpose(x, [1, 0, 2])
             if mask is not None:
                 mask = tf.convert_to_tensor(mask)
                 mask = tf.transpose(mask, [1, 0] + ([2] if mask.shape.rank == 3 else []))
-        zoneout = self._zoneout_weights(
-            x, tf_keras.backend.learning_phase() if training is None else training,
-            self.cell._random_generator.random_uniform)
         if mask is not None:
             shape = tf.shape(x)
             mask = step_mask(mask, shape[0], shape[1])
-        lstm = self._rnn_mode == "lstm"
-        h0 = tf.cast(initial_state[0], dtype)
-        c0 = tf.cast(initial_state[1], dtype) if lstm else None
-        cell = self.cell
-        cell_attrs = keras_cell_attrs(
-            self._rnn_mode, _activation_name(cell.activation),
-            _activation_name(cell.recurrent_activation) if lstm or self._rnn_mode == "gru"
-            else None, getattr(cell, "reset_after", True))
-        last, outputs, states = keras_rnn_loop(x, h0, c0, self._params(dtype), mask,
-                                               self._rnn_mode, self.go_backwards,
-                                               self.return_sequences, self.zero_output_for_mask,
-                                               training, cell_attrs, input_masks,
-                                               recurrent_masks, *zoneout)
+        states = [tf.cast(s, dtype) for s in initial_state]
+        last, outputs, states = self._loop(x, mask, states, training, masks)
         if self.stateful:  # as tf_keras' RNN.call
             updates = [tf.compat.v1.assign(self_state, tf.cast(state, self_state.dtype))
                        for self_state, state in zip(tf.nest.flatten(self.states), states)]
@@ -201,6 +211,11 @@ class _FusedCall(ZoneoutLayer):
         if self.return_state:
             return [output] + list(states)
         return output
+
+
+def _training_or_phase(training):
+    """A call's `training`, None resolved as tf_keras resolves it (its learning phase)."""
+    return tf_keras.backend.learning_phase() if training is None else training
 
 
 def _to_ragged(outputs, row_lengths, go_backwards):
@@ -276,4 +291,161 @@ class SimpleRNN(_FusedCall, tf_keras.layers.SimpleRNN):
         return None
 
 
-__all__ = ["LSTM", "GRU", "SimpleRNN"]
+@_register
+class LayerNormLSTMCell(ZoneoutLayer, tf_keras.layers.LSTMCell):
+    """Drop-in for TF Addons' ``LayerNormLSTMCell`` (``tfa.rnn.LayerNormLSTMCell``): the same
+    arguments (``norm_gamma_initializer``, ``norm_beta_initializer``, ``norm_epsilon``, Keras'
+    LSTMCell's), variables (``kernel_norm``, ``recurrent_norm``, ``state_norm`` sublayers, so
+    Addons checkpoints and ``get_weights()`` load) and results, each step one fused op; plus
+    ``norm="paper"``, ``norm_center``, the norms' regularizers and zoneout
+    (docs/layer_norm_lstm.md, docs/keras_layers.md §8). Activations: tanh and sigmoid."""
+
+    _zoneout_args = ("zoneout_h", "zoneout_c")
+
+    def __init__(self, units, norm="addons", norm_epsilon=None, norm_center=True,
+                 norm_gamma_initializer="ones", norm_beta_initializer="zeros",
+                 norm_gamma_regularizer=None, norm_beta_regularizer=None, zoneout_h=0.0,
+                 zoneout_c=0.0, **kwargs):
+        super().__init__(units, **kwargs)
+        self.norm, self.norm_epsilon = norm_options(norm, norm_epsilon)
+        self.norm_center = bool(norm_center)
+        self.norm_gamma_initializer = tf_keras.initializers.get(norm_gamma_initializer)
+        self.norm_beta_initializer = tf_keras.initializers.get(norm_beta_initializer)
+        self.norm_gamma_regularizer = tf_keras.regularizers.get(norm_gamma_regularizer)
+        self.norm_beta_regularizer = tf_keras.regularizers.get(norm_beta_regularizer)
+        check_activations(self, {"activation": tf_keras.activations.tanh,
+                                 "recurrent_activation": tf_keras.activations.sigmoid}, kwargs)
+
+        def norm_layer(name, center):
+            return tf_keras.layers.LayerNormalization(
+                epsilon=self.norm_epsilon, center=center,
+                gamma_initializer=self.norm_gamma_initializer,
+                beta_initializer=self.norm_beta_initializer,
+                gamma_regularizer=self.norm_gamma_regularizer,
+                beta_regularizer=self.norm_beta_regularizer, dtype=self._dtype_policy, name=name)
+
+        self.kernel_norm = norm_layer("kernel_norm", self.norm_center)
+        self.recurrent_norm = norm_layer("recurrent_norm", self.norm_center)
+        self.state_norm = norm_layer("state_norm", True)
+        self._init_zoneout(zoneout_h=zoneout_h, zoneout_c=zoneout_c)
+
+    def _static_fallback_reason(self):
+        return None  # (every step runs the fused op)
+
+    def build(self, input_shape):
+        super().build(input_shape)
+        for norm, width in ((self.kernel_norm, 4), (self.recurrent_norm, 4),
+                            (self.state_norm, 1)):
+            with tf_keras.backend.name_scope(norm.name):  # (Addons' variable names)
+                norm.build([input_shape[0], width * self.units])
+
+    def dropout_masks(self, x_step, h0, training):
+        """TF Addons' dropout: the first of the cell's per-gate input masks on x and of its
+        recurrent masks on h_{t-1}, for every gate (ones at inference); None where a rate does
+        not apply."""
+        masks = [None, None]
+        if is_inference(training):
+            return masks
+        if dropout_applies(self.dropout, True):
+            masks[0] = self.get_dropout_mask_for_cell(x_step, training, count=4)[0]
+        if dropout_applies(self.recurrent_dropout, True):
+            masks[1] = self.get_recurrent_dropout_mask_for_cell(h0, training, count=4)[0]
+        return masks
+
+    def run(self, x, h0, c0, seq_lengths, recurrent_mask, zoneout, training):
+        """The fused op over x [B, T, I] from (h0, c0): (outputs, [h, c])."""
+        return run_cell_op(self, _read_variable, x, h0, c0, seq_lengths, recurrent_mask,
+                           zoneout, training)
+
+    def call(self, inputs, states, training=None):
+        h0, c0 = states
+        x = tf.convert_to_tensor(inputs)
+        input_mask, recurrent_mask = self.dropout_masks(x, h0, training)
+        if input_mask is not None:
+            x = x * input_mask
+        x = tf.expand_dims(x, 1)  # a sequence of one step
+        zoneout = self._zoneout_weights(x, _training_or_phase(training),
+                                        self._random_generator.random_uniform)
+        _, (h, c) = self.run(x, h0, c0, tf.ones([tf.shape(x)[0]], tf.int32), recurrent_mask,
+                             zoneout, training)
+        return h, [h, c]
+
+    def get_config(self):
+        config = {
+            "norm": self.norm,
+            "norm_epsilon": self.norm_epsilon,
+            "norm_center": self.norm_center,
+            "norm_gamma_initializer": tf_keras.initializers.serialize(self.norm_gamma_initializer),
+            "norm_beta_initializer": tf_keras.initializers.serialize(self.norm_beta_initializer),
+            "norm_gamma_regularizer": tf_keras.regularizers.serialize(self.norm_gamma_regularizer),
+            "norm_beta_regularizer": tf_keras.regularizers.serialize(self.norm_beta_regularizer),
+        }
+        return {**super().get_config(), **config, **self._zoneout_config()}
+
+
+@_register
+class LayerNormLSTM(_FusedCall, tf_keras.layers.RNN):
+    """The LayerNorm LSTM as a tf_keras layer: ``LayerNormLSTMCell``'s arguments and the RNN
+    layer's, the whole sequence one fused op (masks, ``go_backwards``, ``stateful``,
+    ``time_major``, ragged inputs as the other layers of this module); ``unroll=True`` and the
+    other calls this module leaves to tf_keras run tf_keras' loop of the fused cell."""
+
+    _keras_class = tf_keras.layers.RNN
+    _zoneout_args = ()  # (the cell's)
+
+    def __init__(self, units, return_sequences=False, return_state=False, go_backwards=False,
+                 stateful=False, unroll=False, time_major=False, **kwargs):
+        rnn_args = {k: kwargs.pop(k) for k in ("activity_regularizer", "name", "dtype",
+                                                "trainable", "input_shape", "batch_input_shape",
+                                                "batch_size", "input_dim") if k in kwargs}
+        cell = LayerNormLSTMCell(units, dtype=rnn_args.get("dtype"),
+                                 trainable=rnn_args.get("trainable", True), **kwargs)
+        super().__init__(cell, return_sequences=return_sequences, return_state=return_state,
+                         go_backwards=go_backwards, stateful=stateful, unroll=unroll,
+                         time_major=time_major, **rnn_args)
+
+    def _static_fallback_reason(self):
+        if self.unroll:
+            return "unroll=True (asks for tf_keras' unrolled loop; each step is still one fused op)"
+        if not tf.compat.v1.executing_eagerly_outside_functions():
+            return "TF1 graph mode (tf_keras' loop of the fused cell)"
+        return None
+
+    def _dropout(self, x, h0, training):
+        self._maybe_reset_cell_dropout_mask(self.cell)
+        step = x[0] if self.time_major else x[:, 0]
+        input_mask, recurrent_mask = self.cell.dropout_masks(step, h0, training)
+        if input_mask is not None:  # (the same mask at every step, as the cell's)
+            x = x * tf.expand_dims(input_mask, 0 if self.time_major else 1)
+        return x, recurrent_mask
+
+    def _loop(self, x, mask, states, training, recurrent_mask):
+        cell = self.cell
+        zoneout = cell._zoneout_weights(x, _training_or_phase(training),
+                                        cell._random_generator.random_uniform)
+
+        def run(x, seq_lengths, zoneout):
+            return cell.run(x, states[0], states[1], seq_lengths, recurrent_mask, zoneout,
+                            training)
+
+        return masked_rnn_loop(x, mask, self.go_backwards, self.return_sequences,
+                               self.zero_output_for_mask, run, zoneout)
+
+    def get_config(self):
+        cell_config = self.cell.get_config()
+        for key in ("name", "trainable", "dtype", "implementation"):
+            cell_config.pop(key, None)
+        base_config = super().get_config()
+        del base_config["cell"]
+        return {**base_config, **cell_config}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+
+def _read_variable(variable, dtype):
+    return tf.cast(tf.convert_to_tensor(variable), dtype)
+
+
+__all__ = ["LSTM", "GRU", "SimpleRNN", "LayerNormLSTM", "LayerNormLSTMCell"]

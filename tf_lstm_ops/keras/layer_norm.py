@@ -14,35 +14,18 @@ recurrent mask for every gate (docs/keras_layers.md §8).
 """
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from tf_lstm_ops._fused_rnn import (
     ZoneoutLayer,
     dropout_applies,
-    is_inference,
     masked_rnn_loop,
     step_mask,
     warn_fallback,
 )
-from tf_lstm_ops._loader import library
+from tf_lstm_ops._layer_norm import check_activations, haste_weights, norm_options, run_cell_op
 from tf_lstm_ops.keras._common import _Keras3Only, _as_input, _check_backend, _read, _register
 from tf_lstm_ops.keras.drop_in import keras_uniform
-
-# ε of each preset where the layer is not given one: TF Addons' 1e-3, haste's and the paper
-# authors' 1e-5.
-DEFAULT_EPSILON = {"addons": 1e-3, "paper": 1e-5}
-def norm_options(norm, norm_epsilon):
-    """The preset and ε of a LayerNorm LSTM (None: the preset's), checked."""
-    if norm not in DEFAULT_EPSILON:
-        raise ValueError("norm must be 'addons' (TF Addons' LayerNormLSTMCell: the normalised "
-                         "cell state carried) or 'paper' (Ba et al., haste: the raw cell state "
-                         "carried), got %r" % (norm,))
-    epsilon = DEFAULT_EPSILON[norm] if norm_epsilon is None else norm_epsilon
-    if not isinstance(epsilon, (int, float)) or not 0 < epsilon < float("inf"):
-        raise ValueError("norm_epsilon must be a positive number, got %r" % (norm_epsilon,))
-    return norm, float(epsilon)
-
 
 @_register
 class LayerNormLSTMCell(ZoneoutLayer, _Keras3Only, keras.layers.LSTMCell):
@@ -73,10 +56,8 @@ class LayerNormLSTMCell(ZoneoutLayer, _Keras3Only, keras.layers.LSTMCell):
         self.norm_beta_initializer = keras.initializers.get(norm_beta_initializer)
         self.norm_gamma_regularizer = keras.regularizers.get(norm_gamma_regularizer)
         self.norm_beta_regularizer = keras.regularizers.get(norm_beta_regularizer)
-        for arg, name in (("activation", "tanh"), ("recurrent_activation", "sigmoid")):
-            if getattr(self, arg) is not keras.activations.get(name):
-                raise ValueError("%s: %s must be %r, the fused LayerNorm LSTM's, got %r" % (
-                    type(self).__name__, arg, name, kwargs.get(arg)))
+        check_activations(self, {"activation": keras.activations.tanh,
+                                 "recurrent_activation": keras.activations.sigmoid}, kwargs)
 
         def norm_layer(name, center):
             return keras.layers.LayerNormalization(
@@ -102,22 +83,6 @@ class LayerNormLSTMCell(ZoneoutLayer, _Keras3Only, keras.layers.LSTMCell):
         self.recurrent_norm.build((None, gates))
         self.state_norm.build((None, self.units))
 
-    def _weights(self, dtype):
-        """The op's nine weight inputs in `dtype` (zeros for an absent bias or β)."""
-        gates = 4 * self.units
-
-        def read(variable, size):
-            return tf.zeros([size], dtype) if variable is None else _read(variable, dtype)
-
-        return dict(
-            kernel=_read(self.kernel, dtype), recurrent_kernel=_read(self.recurrent_kernel, dtype),
-            bias=read(self.bias, gates),
-            gamma_x=_read(self.kernel_norm.gamma, dtype), beta_x=read(self.kernel_norm.beta, gates),
-            gamma_h=_read(self.recurrent_norm.gamma, dtype),
-            beta_h=read(self.recurrent_norm.beta, gates),
-            gamma_c=_read(self.state_norm.gamma, dtype), beta_c=read(self.state_norm.beta,
-                                                                     self.units))
-
     def dropout_masks(self, x_step, h0, training):
         """TF Addons' dropout: one input mask and one recurrent mask for every gate (the first
         of the masks Keras' cell draws), applied while training a rate in (0, 1); None where
@@ -134,17 +99,8 @@ class LayerNormLSTMCell(ZoneoutLayer, _Keras3Only, keras.layers.LSTMCell):
 
     def run(self, x, h0, c0, seq_lengths, recurrent_mask, zoneout, training):
         """The fused op over x [B, T, I] from (h0, c0): (outputs, [h, c])."""
-        dtype = x.dtype
-        none = tf.zeros([0], dtype)
-        out = library.op("LayerNormLSTM")(
-            input=x, input_h=tf.cast(h0, dtype), input_c=tf.cast(c0, dtype),
-            **self._weights(dtype), sequence_lengths=seq_lengths,
-            recurrent_mask=none if recurrent_mask is None else recurrent_mask,
-            zoneout_h_weights=none if zoneout[0] is None else tf.cast(zoneout[0], dtype),
-            zoneout_c_weights=none if zoneout[1] is None else tf.cast(zoneout[1], dtype),
-            norm=self.norm, epsilon=self.norm_epsilon, time_major=False,
-            is_training=not is_inference(training))
-        return out.output, [out.output_h, out.output_c]
+        return run_cell_op(self, _read, x, h0, c0, seq_lengths, recurrent_mask, zoneout,
+                           training)
 
     def call(self, inputs, states, training=False):
         h0, c0 = states
@@ -251,15 +207,4 @@ class LayerNormLSTM(_Keras3Only, keras.layers.RNN):
         return cls(**config)
 
 
-def haste_weights(kernel, recurrent_kernel, bias, gamma, gamma_h, beta_h):
-    """haste's LayerNormLSTM variables (kernel [I, 4H], recurrent_kernel [H, 4H], bias [4H],
-    gamma [2, 4H], gamma_h [H], beta_h [H]; gates i, g, f, o) as the get_weights() list of a
-    LayerNormLSTM(norm="paper", norm_center=False) (gates i, f, c, o; epsilon 1e-5, haste's), with
-    NumPy arrays."""
-    def reorder(a):  # gate blocks i, g, f, o -> i, f, g(c), o along the last axis
-        i, g, f, o = np.split(np.asarray(a), 4, axis=-1)
-        return np.concatenate([i, f, g, o], axis=-1)
-
-    gamma = np.asarray(gamma)
-    return [reorder(kernel), reorder(recurrent_kernel), reorder(bias), reorder(gamma[0]),
-            reorder(gamma[1]), np.asarray(gamma_h), np.asarray(beta_h)]
+__all__ = ["LayerNormLSTM", "LayerNormLSTMCell", "haste_weights"]

@@ -1,0 +1,75 @@
+"""What the Keras 3 (``tf_lstm_ops.keras``) and Keras 2 (``tf_lstm_ops.tf_keras``) LayerNorm LSTM
+layers and cells share, with no Keras import: the presets' ε, the fused op's call on a cell's
+weights, and haste's weight conversion (docs/layer_norm_lstm.md, docs/keras_layers.md §8)."""
+
+import numpy as np
+import tensorflow as tf
+
+from tf_lstm_ops._fused_rnn import is_inference
+from tf_lstm_ops._loader import library
+
+# ε of each preset where the layer is not given one: TF Addons' 1e-3, haste's and the paper
+# authors' 1e-5.
+DEFAULT_EPSILON = {"addons": 1e-3, "paper": 1e-5}
+
+
+def norm_options(norm, norm_epsilon):
+    """The preset and ε of a LayerNorm LSTM (None: the preset's), checked."""
+    if norm not in DEFAULT_EPSILON:
+        raise ValueError("norm must be 'addons' (TF Addons' LayerNormLSTMCell: the normalised "
+                         "cell state carried) or 'paper' (Ba et al., haste: the raw cell state "
+                         "carried), got %r" % (norm,))
+    epsilon = DEFAULT_EPSILON[norm] if norm_epsilon is None else norm_epsilon
+    if not isinstance(epsilon, (int, float)) or not 0 < epsilon < float("inf"):
+        raise ValueError("norm_epsilon must be a positive number, got %r" % (norm_epsilon,))
+    return norm, float(epsilon)
+
+
+def check_activations(cell, activations, given):
+    """The fused cell computes tanh and sigmoid only: activations maps the cell's attribute
+    names to those functions of the cell's Keras; `given` the constructor's arguments."""
+    for arg, fn in activations.items():
+        if getattr(cell, arg) is not fn:
+            raise ValueError("%s: %s must be %r, the fused LayerNorm LSTM's, got %r" % (
+                type(cell).__name__, arg, fn.__name__, given.get(arg)))
+
+
+def run_cell_op(cell, read, x, h0, c0, seq_lengths, recurrent_mask, zoneout, training):
+    """The fused op on a LayerNorm LSTM cell's weights (read(variable, dtype) reads one; the
+    norms are the cell's kernel_norm, recurrent_norm and state_norm sublayers) over x [B, T, I]
+    from (h0, c0): (outputs [B, T, H], [h, c]). A missing bias or β is zeros."""
+    dtype = x.dtype
+    gates, none = 4 * cell.units, tf.zeros([0], dtype)
+
+    def weight(variable, size=None):
+        return tf.zeros([size], dtype) if variable is None else read(variable, dtype)
+
+    norms = (cell.kernel_norm, cell.recurrent_norm, cell.state_norm)
+    (gamma_x, beta_x), (gamma_h, beta_h), (gamma_c, beta_c) = (
+        (weight(n.gamma), weight(n.beta, width)) for n, width in zip(norms, (gates, gates,
+                                                                            cell.units)))
+    out = library.op("LayerNormLSTM")(
+        input=x, input_h=tf.cast(h0, dtype), input_c=tf.cast(c0, dtype),
+        kernel=weight(cell.kernel), recurrent_kernel=weight(cell.recurrent_kernel),
+        bias=weight(cell.bias, gates), gamma_x=gamma_x, beta_x=beta_x, gamma_h=gamma_h,
+        beta_h=beta_h, gamma_c=gamma_c, beta_c=beta_c, sequence_lengths=seq_lengths,
+        recurrent_mask=none if recurrent_mask is None else tf.cast(recurrent_mask, dtype),
+        zoneout_h_weights=none if zoneout[0] is None else tf.cast(zoneout[0], dtype),
+        zoneout_c_weights=none if zoneout[1] is None else tf.cast(zoneout[1], dtype),
+        norm=cell.norm, epsilon=cell.norm_epsilon, time_major=False,
+        is_training=not is_inference(training))
+    return out.output, [out.output_h, out.output_c]
+
+
+def haste_weights(kernel, recurrent_kernel, bias, gamma, gamma_h, beta_h):
+    """haste's LayerNormLSTM variables (kernel [I, 4H], recurrent_kernel [H, 4H], bias [4H],
+    gamma [2, 4H], gamma_h [H], beta_h [H]; gates i, g, f, o) as the get_weights() list of a
+    LayerNormLSTM(norm="paper", norm_center=False) (gates i, f, c, o; norm_epsilon 1e-5,
+    haste's), with NumPy arrays."""
+    def reorder(a):  # gate blocks i, g, f, o -> i, f, g(c), o along the last axis
+        i, g, f, o = np.split(np.asarray(a), 4, axis=-1)
+        return np.concatenate([i, f, g, o], axis=-1)
+
+    gamma = np.asarray(gamma)
+    return [reorder(kernel), reorder(recurrent_kernel), reorder(bias), reorder(gamma[0]),
+            reorder(gamma[1]), np.asarray(gamma_h), np.asarray(beta_h)]
