@@ -212,6 +212,20 @@ def keras_op_args(cfg, inputs, lengths, time_major, dtype, input_masks=None,
         reset_after=cfg.reset_after)
 
 
+def keras_backprop(args, out, cot, dtype):
+    """CudnnRNNBackpropV3Keras for a forward's op arguments (keras_op_args) and outputs `out`,
+    with R.random_cotangents' cotangents `cot` (dc ignored outside LSTM: the scalar 0 there)."""
+    from tf_lstm_ops._loader import library
+
+    lstm = args["rnn_mode"] == "lstm"
+    return library.op("CudnnRNNBackpropV3Keras")(
+        **args, output=out.output, output_h=out.output_h, output_c=out.output_c,
+        output_backprop=tf.constant(cot["dy"], dtype),
+        output_h_backprop=tf.constant(cot["dh"], dtype),
+        output_c_backprop=tf.constant(cot["dc"] if lstm else np.zeros(()), dtype),
+        reserve_space=out.reserve_space, host_reserved=out.host_reserved)
+
+
 @contextlib.contextmanager
 def tf_keras_dropout_masks(cell, input_masks, recurrent_masks):
     """tf_keras' mask draws (get_dropout_mask_for_cell and its recurrent twin, functions of

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import assert_gradients_to_second_order, keras_op_args, tf_keras_dropout_masks
+from conftest import (assert_gradients_to_second_order, keras_backprop, keras_op_args,
+                      tf_keras_dropout_masks)
 from tools.references import cudnn_rnn as R
 
 T, I, H = 5, 3, 4
@@ -60,11 +61,7 @@ def test_forward_and_backprop_equal_the_reference(rng, case, time_major, batch, 
                             input_masks=masks[0], recurrent_masks=masks[1])
     args = op_args(cfg, inputs, lengths, masks, time_major, dtype)
     out = op("CudnnRNNV3Keras")(**args)
-    grads = op("CudnnRNNBackpropV3Keras")(
-        **args, output=out.output, output_h=out.output_h, output_c=out.output_c,
-        output_backprop=tf.constant(cot["dy"], dtype),
-        output_h_backprop=tf.constant(cot["dh"], dtype), output_c_backprop=tf.constant(0.0, dtype),
-        reserve_space=out.reserve_space, host_reserved=out.host_reserved)
+    grads = keras_backprop(args, out, cot, dtype)
     tol = R.TOL[dtype] * (4 if dtype == "half" else 1)
     for name in ("output", "output_h"):
         R.assert_close(getattr(out, name).numpy().astype(np.float64), want[name], tol, name)

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import assert_gradients_to_second_order, keras_op_args, tf_keras_dropout_masks
+from conftest import (assert_gradients_to_second_order, keras_backprop, keras_op_args,
+                      tf_keras_dropout_masks)
 from tools.references import cudnn_rnn as R
 
 T, I, H = 5, 3, 4
@@ -35,12 +36,7 @@ def op_args(cfg, inputs, lengths, masks, time_major, dtype):
 
 def forward_and_backprop(args, cot, cfg, dtype):
     out = op("CudnnRNNV3Keras")(**args, is_training=True)
-    back = dict(args, output=out.output, output_h=out.output_h, output_c=out.output_c,
-                output_backprop=tf.constant(cot["dy"], dtype),
-                output_h_backprop=tf.constant(cot["dh"], dtype),
-                output_c_backprop=tf.constant(cot["dc"] if cfg.is_lstm else np.zeros(()), dtype),
-                reserve_space=out.reserve_space, host_reserved=out.host_reserved)
-    return out, op("CudnnRNNBackpropV3Keras")(**back)
+    return out, keras_backprop(args, out, cot, dtype)
 
 
 CASES = [(R.Cfg(mode, 1, H, I), which) for mode in R.MODES
@@ -183,12 +179,7 @@ def test_backprop_needs_the_forwards_masks(rng):
     for forward_args, backward_args in ((plain, masked), (masked, plain)):
         out = op("CudnnRNNV3Keras")(**forward_args)
         with pytest.raises(tf.errors.InvalidArgumentError, match="reserve_space"):
-            op("CudnnRNNBackpropV3Keras")(
-                **backward_args, output=out.output, output_h=out.output_h,
-                output_c=out.output_c, output_backprop=tf.constant(cot["dy"], tf.float32),
-                output_h_backprop=tf.constant(cot["dh"], tf.float32),
-                output_c_backprop=tf.constant(cot["dc"], tf.float32),
-                reserve_space=out.reserve_space, host_reserved=out.host_reserved)
+            keras_backprop(backward_args, out, cot, tf.float32)
 
 
 @pytest.mark.parametrize("sizes", [(0, 2, 3, 4), (3, 0, 3, 4), (3, 2, 0, 4), (3, 2, 3, 0)],

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import assert_gradients_to_second_order, keras_op_args
+from conftest import assert_gradients_to_second_order, keras_backprop, keras_op_args
 from tools.references import cudnn_rnn as R
 
 T, I, H = 5, 3, 4
@@ -37,12 +37,7 @@ def draw_weights(rng, cfg, B, which, per_element, time_major, steps=T):
 
 def forward_and_backprop(args, cot, cfg, dtype):
     out = op("CudnnRNNV3Keras")(**args, is_training=True)
-    back = dict(args, output=out.output, output_h=out.output_h, output_c=out.output_c,
-                output_backprop=tf.constant(cot["dy"], dtype),
-                output_h_backprop=tf.constant(cot["dh"], dtype),
-                output_c_backprop=tf.constant(cot["dc"] if cfg.is_lstm else np.zeros(()), dtype),
-                reserve_space=out.reserve_space, host_reserved=out.host_reserved)
-    return out, op("CudnnRNNBackpropV3Keras")(**back)
+    return out, keras_backprop(args, out, cot, dtype)
 
 
 CASES = [(R.Cfg("lstm", 1, H, I), which) for which in ("h", "c", "both")]
@@ -222,12 +217,7 @@ def test_backprop_needs_the_forwards_zoneout(rng):
             if backward_args is forward_args:
                 continue
             with pytest.raises(tf.errors.InvalidArgumentError, match="reserve_space"):
-                op("CudnnRNNBackpropV3Keras")(
-                    **backward_args, output=out.output, output_h=out.output_h,
-                    output_c=out.output_c, output_backprop=tf.constant(cot["dy"], tf.float32),
-                    output_h_backprop=tf.constant(cot["dh"], tf.float32),
-                    output_c_backprop=tf.constant(cot["dc"], tf.float32),
-                    reserve_space=out.reserve_space, host_reserved=out.host_reserved)
+                keras_backprop(backward_args, out, cot, tf.float32)
 
 
 @pytest.mark.parametrize("sizes", [(0, 2, 3, 4), (3, 0, 3, 4), (3, 2, 0, 4), (3, 2, 3, 0)],
