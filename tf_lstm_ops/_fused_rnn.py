@@ -11,7 +11,7 @@ import weakref
 
 import tensorflow as tf
 
-from tf_lstm_ops._loader import library
+from tf_lstm_ops._loader import in_xla_context, library
 
 _log = logging.getLogger("tf_lstm_ops")
 _warned = weakref.WeakKeyDictionary()  # layer -> the fallback reasons already logged for it
@@ -24,6 +24,22 @@ def warn_fallback(layer, reason, level=logging.WARNING):
         reasons.add(reason)
         _log.log(level, "tf_lstm_ops: %s %r: %s: running the Keras class's own implementation "
                  "(the same results at its speed).", type(layer).__name__, layer.name, reason)
+
+
+XLA_REASON = "compiled by XLA (jit_compile=True), where the custom op has no kernel"
+
+
+def call_fallback_reason(layer, reason=None):
+    """Why this call of `layer` cannot run the fused kernel (None: it can): `reason`, else the
+    layer's static one, else XLA. A zoned layer raises instead (ZoneoutLayer._refuse_unzoned: no
+    Keras loop has zoneout); otherwise the reason is logged once."""
+    reason = reason or layer._static_fallback_reason()
+    if reason is None and in_xla_context():
+        reason = XLA_REASON
+    if reason is not None:
+        layer._refuse_unzoned(reason)
+        warn_fallback(layer, reason)
+    return reason
 
 
 def step_mask(mask, batch, steps):

@@ -25,13 +25,51 @@ def norm_options(norm, norm_epsilon):
     return norm, float(epsilon)
 
 
-def check_activations(cell, activations, given):
-    """The fused cell computes tanh and sigmoid only: activations maps the cell's attribute
-    names to those functions of the cell's Keras; `given` the constructor's arguments."""
-    for arg, fn in activations.items():
-        if getattr(cell, arg) is not fn:
-            raise ValueError("%s: %s must be %r, the fused LayerNorm LSTM's, got %r" % (
-                type(cell).__name__, arg, fn.__name__, given.get(arg)))
+class LayerNormCell:
+    """What both Keras versions' LayerNormLSTMCell (an LSTMCell subclass) share: the norms'
+    arguments (TF Addons' names), the three LayerNormalization sublayers in Addons' order and
+    names, their config. `_keras`: the cell's Keras module (keras or tf_keras)."""
+
+    _keras = None
+
+    def _init_norms(self, norm, norm_epsilon, norm_center, norm_gamma_initializer,
+                    norm_beta_initializer, norm_gamma_regularizer, norm_beta_regularizer, given):
+        keras = self._keras
+        self.norm, self.norm_epsilon = norm_options(norm, norm_epsilon)
+        self.norm_center = bool(norm_center)
+        self.norm_gamma_initializer = keras.initializers.get(norm_gamma_initializer)
+        self.norm_beta_initializer = keras.initializers.get(norm_beta_initializer)
+        self.norm_gamma_regularizer = keras.regularizers.get(norm_gamma_regularizer)
+        self.norm_beta_regularizer = keras.regularizers.get(norm_beta_regularizer)
+        for arg, fn in (("activation", keras.activations.tanh),
+                        ("recurrent_activation", keras.activations.sigmoid)):
+            if getattr(self, arg) is not fn:  # (the fused cell computes these only)
+                raise ValueError("%s: %s must be %r, the fused LayerNorm LSTM's, got %r" % (
+                    type(self).__name__, arg, fn.__name__, given.get(arg)))
+
+        def norm_layer(name, center):
+            return keras.layers.LayerNormalization(
+                epsilon=self.norm_epsilon, center=center,
+                gamma_initializer=self.norm_gamma_initializer,
+                beta_initializer=self.norm_beta_initializer,
+                gamma_regularizer=self.norm_gamma_regularizer,
+                beta_regularizer=self.norm_beta_regularizer, dtype=self.dtype_policy, name=name)
+
+        self.kernel_norm = norm_layer("kernel_norm", self.norm_center)
+        self.recurrent_norm = norm_layer("recurrent_norm", self.norm_center)
+        self.state_norm = norm_layer("state_norm", True)
+
+    def _norm_config(self):
+        keras = self._keras
+        return {
+            "norm": self.norm,
+            "norm_epsilon": self.norm_epsilon,
+            "norm_center": self.norm_center,
+            "norm_gamma_initializer": keras.initializers.serialize(self.norm_gamma_initializer),
+            "norm_beta_initializer": keras.initializers.serialize(self.norm_beta_initializer),
+            "norm_gamma_regularizer": keras.regularizers.serialize(self.norm_gamma_regularizer),
+            "norm_beta_regularizer": keras.regularizers.serialize(self.norm_beta_regularizer),
+        }
 
 
 def run_cell_op(cell, read, x, h0, c0, seq_lengths, recurrent_mask, zoneout, training):

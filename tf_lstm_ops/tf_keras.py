@@ -32,6 +32,7 @@ import tf_keras
 
 from tf_lstm_ops._fused_rnn import (
     ZoneoutLayer,
+    call_fallback_reason,
     dropout_applies,
     is_inference,
     keras_cell_attrs,
@@ -40,10 +41,8 @@ from tf_lstm_ops._fused_rnn import (
     masked_rnn_loop,
     operand_masks,
     step_mask,
-    warn_fallback,
 )
-from tf_lstm_ops._layer_norm import check_activations, norm_options, run_cell_op
-from tf_lstm_ops._loader import in_xla_context
+from tf_lstm_ops._layer_norm import LayerNormCell, run_cell_op
 
 _register = tf_keras.saving.register_keras_serializable(package="tf_lstm_ops")
 # The tf_keras functions of each activation the kernel fuses, by the op's name for it
@@ -160,17 +159,13 @@ class _FusedCall(ZoneoutLayer):
             return self._keras_class.call(self, inputs, mask=mask, training=training,
                                           initial_state=initial_state, **kwargs)
 
-        reason = self._static_fallback_reason()
-        if reason is None and kwargs.get("constants") is not None:
-            reason = "constants"
         ragged = isinstance(inputs, tf.RaggedTensor)
-        if reason is None and ragged and self.time_major:
+        reason = None
+        if kwargs.get("constants") is not None:
+            reason = "constants"
+        elif ragged and self.time_major:
             reason = "ragged inputs with time_major=True (tf_keras' own call fails on them)"
-        if reason is None and in_xla_context():
-            reason = "compiled by XLA (jit_compile=True), where the custom op has no kernel"
-        if reason is not None:
-            self._refuse_unzoned(reason)
-            warn_fallback(self, reason)
+        if call_fallback_reason(self, reason) is not None:
             return keras_call()
         if isinstance(mask, list):
             mask = mask[0]
@@ -292,7 +287,7 @@ class SimpleRNN(_FusedCall, tf_keras.layers.SimpleRNN):
 
 
 @_register
-class LayerNormLSTMCell(ZoneoutLayer, tf_keras.layers.LSTMCell):
+class LayerNormLSTMCell(LayerNormCell, ZoneoutLayer, tf_keras.layers.LSTMCell):
     """Drop-in for TF Addons' ``LayerNormLSTMCell`` (``tfa.rnn.LayerNormLSTMCell``): the same
     arguments (``norm_gamma_initializer``, ``norm_beta_initializer``, ``norm_epsilon``, Keras'
     LSTMCell's), variables (``kernel_norm``, ``recurrent_norm``, ``state_norm`` sublayers, so
@@ -300,6 +295,7 @@ class LayerNormLSTMCell(ZoneoutLayer, tf_keras.layers.LSTMCell):
     ``norm="paper"``, ``norm_center``, the norms' regularizers and zoneout
     (docs/layer_norm_lstm.md, docs/keras_layers.md §8). Activations: tanh and sigmoid."""
 
+    _keras = tf_keras
     _zoneout_args = ("zoneout_h", "zoneout_c")
 
     def __init__(self, units, norm="addons", norm_epsilon=None, norm_center=True,
@@ -307,26 +303,9 @@ class LayerNormLSTMCell(ZoneoutLayer, tf_keras.layers.LSTMCell):
                  norm_gamma_regularizer=None, norm_beta_regularizer=None, zoneout_h=0.0,
                  zoneout_c=0.0, **kwargs):
         super().__init__(units, **kwargs)
-        self.norm, self.norm_epsilon = norm_options(norm, norm_epsilon)
-        self.norm_center = bool(norm_center)
-        self.norm_gamma_initializer = tf_keras.initializers.get(norm_gamma_initializer)
-        self.norm_beta_initializer = tf_keras.initializers.get(norm_beta_initializer)
-        self.norm_gamma_regularizer = tf_keras.regularizers.get(norm_gamma_regularizer)
-        self.norm_beta_regularizer = tf_keras.regularizers.get(norm_beta_regularizer)
-        check_activations(self, {"activation": tf_keras.activations.tanh,
-                                 "recurrent_activation": tf_keras.activations.sigmoid}, kwargs)
-
-        def norm_layer(name, center):
-            return tf_keras.layers.LayerNormalization(
-                epsilon=self.norm_epsilon, center=center,
-                gamma_initializer=self.norm_gamma_initializer,
-                beta_initializer=self.norm_beta_initializer,
-                gamma_regularizer=self.norm_gamma_regularizer,
-                beta_regularizer=self.norm_beta_regularizer, dtype=self._dtype_policy, name=name)
-
-        self.kernel_norm = norm_layer("kernel_norm", self.norm_center)
-        self.recurrent_norm = norm_layer("recurrent_norm", self.norm_center)
-        self.state_norm = norm_layer("state_norm", True)
+        self._init_norms(norm, norm_epsilon, norm_center, norm_gamma_initializer,
+                         norm_beta_initializer, norm_gamma_regularizer, norm_beta_regularizer,
+                         kwargs)
         self._init_zoneout(zoneout_h=zoneout_h, zoneout_c=zoneout_c)
 
     def _static_fallback_reason(self):
@@ -371,16 +350,7 @@ class LayerNormLSTMCell(ZoneoutLayer, tf_keras.layers.LSTMCell):
         return h, [h, c]
 
     def get_config(self):
-        config = {
-            "norm": self.norm,
-            "norm_epsilon": self.norm_epsilon,
-            "norm_center": self.norm_center,
-            "norm_gamma_initializer": tf_keras.initializers.serialize(self.norm_gamma_initializer),
-            "norm_beta_initializer": tf_keras.initializers.serialize(self.norm_beta_initializer),
-            "norm_gamma_regularizer": tf_keras.regularizers.serialize(self.norm_gamma_regularizer),
-            "norm_beta_regularizer": tf_keras.regularizers.serialize(self.norm_beta_regularizer),
-        }
-        return {**super().get_config(), **config, **self._zoneout_config()}
+        return {**super().get_config(), **self._norm_config(), **self._zoneout_config()}
 
 
 @_register

@@ -14,8 +14,7 @@ the Keras cell's own ``call``, with a warning, or, zoned, is a ``ValueError``.
 import keras
 import tensorflow as tf
 
-from tf_lstm_ops._fused_rnn import ZoneoutLayer, keras_rnn_loop, warn_fallback
-from tf_lstm_ops._loader import in_xla_context
+from tf_lstm_ops._fused_rnn import ZoneoutLayer, call_fallback_reason, keras_rnn_loop
 from tf_lstm_ops.keras._common import _Keras3Only, _as_input, _check_backend, _register
 from tf_lstm_ops.keras.drop_in import (
     _activation_name,
@@ -40,12 +39,7 @@ class _FusedCellMixin(ZoneoutLayer, _Keras3Only):
         self._init_zoneout(**rates)
 
     def call(self, inputs, states, training=False):
-        reason = self._static_fallback_reason()
-        if reason is None and in_xla_context():
-            reason = "compiled by XLA (jit_compile=True), where the custom op has no kernel"
-        if reason is not None:
-            self._refuse_unzoned(reason)
-            warn_fallback(self, reason)
+        if call_fallback_reason(self) is not None:
             return self._keras_class.call(self, inputs, states, training=training)
         nested = keras.tree.is_nested(states)
         states = list(states) if nested else [states]

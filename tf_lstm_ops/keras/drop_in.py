@@ -20,15 +20,14 @@ import tensorflow as tf
 
 from tf_lstm_ops._fused_rnn import (
     ZoneoutLayer,
+    call_fallback_reason,
     dropout_applies,
     keras_cell_attrs,
     keras_params,
     keras_rnn_loop,
     operand_masks,
     step_mask,
-    warn_fallback,
 )
-from tf_lstm_ops._loader import in_xla_context
 from tf_lstm_ops.keras._common import (
     _Keras3Only,
     _as_input,
@@ -159,12 +158,7 @@ class _FusedRNNMixin(ZoneoutLayer, _Keras3Only):
             return self._keras_class.inner_loop(self, sequences, initial_state, mask,
                                                 training=training)
 
-        reason = self._static_fallback_reason()
-        if reason is None and in_xla_context():
-            reason = "compiled by XLA (jit_compile=True), where the custom op has no kernel"
-        if reason is not None:
-            self._refuse_unzoned(reason)
-            warn_fallback(self, reason)
+        if call_fallback_reason(self) is not None:
             return keras_loop()
         if mask is not None:
             shape = tf.shape(sequences)

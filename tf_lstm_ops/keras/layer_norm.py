@@ -23,12 +23,12 @@ from tf_lstm_ops._fused_rnn import (
     step_mask,
     warn_fallback,
 )
-from tf_lstm_ops._layer_norm import check_activations, haste_weights, norm_options, run_cell_op
+from tf_lstm_ops._layer_norm import LayerNormCell, haste_weights, run_cell_op
 from tf_lstm_ops.keras._common import _Keras3Only, _as_input, _check_backend, _read, _register
 from tf_lstm_ops.keras.drop_in import keras_uniform
 
 @_register
-class LayerNormLSTMCell(ZoneoutLayer, _Keras3Only, keras.layers.LSTMCell):
+class LayerNormLSTMCell(LayerNormCell, ZoneoutLayer, _Keras3Only, keras.layers.LSTMCell):
     """A LayerNorm LSTM step (docs/layer_norm_lstm.md §1) as one fused op.
 
     Args (beyond ``keras.layers.LSTMCell``'s; activation and recurrent_activation must be tanh
@@ -42,6 +42,7 @@ class LayerNormLSTMCell(ZoneoutLayer, _Keras3Only, keras.layers.LSTMCell):
       zoneout_h, zoneout_c: zoneout rates (docs/keras_layers.md §7).
     """
 
+    _keras = keras
     _zoneout_args = ("zoneout_h", "zoneout_c")
 
     def __init__(self, units, norm="addons", norm_epsilon=None, norm_center=True,
@@ -50,26 +51,9 @@ class LayerNormLSTMCell(ZoneoutLayer, _Keras3Only, keras.layers.LSTMCell):
                  zoneout_c=0.0, **kwargs):
         _check_backend(type(self).__name__)
         super().__init__(units, **kwargs)
-        self.norm, self.norm_epsilon = norm_options(norm, norm_epsilon)
-        self.norm_center = bool(norm_center)
-        self.norm_gamma_initializer = keras.initializers.get(norm_gamma_initializer)
-        self.norm_beta_initializer = keras.initializers.get(norm_beta_initializer)
-        self.norm_gamma_regularizer = keras.regularizers.get(norm_gamma_regularizer)
-        self.norm_beta_regularizer = keras.regularizers.get(norm_beta_regularizer)
-        check_activations(self, {"activation": keras.activations.tanh,
-                                 "recurrent_activation": keras.activations.sigmoid}, kwargs)
-
-        def norm_layer(name, center):
-            return keras.layers.LayerNormalization(
-                epsilon=self.norm_epsilon, center=center,
-                gamma_initializer=self.norm_gamma_initializer,
-                beta_initializer=self.norm_beta_initializer,
-                gamma_regularizer=self.norm_gamma_regularizer,
-                beta_regularizer=self.norm_beta_regularizer, dtype=self.dtype_policy, name=name)
-
-        self.kernel_norm = norm_layer("kernel_norm", self.norm_center)
-        self.recurrent_norm = norm_layer("recurrent_norm", self.norm_center)
-        self.state_norm = norm_layer("state_norm", True)
+        self._init_norms(norm, norm_epsilon, norm_center, norm_gamma_initializer,
+                         norm_beta_initializer, norm_gamma_regularizer, norm_beta_regularizer,
+                         kwargs)
         self.supports_jit = False  # the custom op has no XLA kernel
         self._init_zoneout(zoneout_h=zoneout_h, zoneout_c=zoneout_c)
 
@@ -115,16 +99,7 @@ class LayerNormLSTMCell(ZoneoutLayer, _Keras3Only, keras.layers.LSTMCell):
         return h, [h, c]
 
     def get_config(self):
-        config = {
-            "norm": self.norm,
-            "norm_epsilon": self.norm_epsilon,
-            "norm_center": self.norm_center,
-            "norm_gamma_initializer": keras.initializers.serialize(self.norm_gamma_initializer),
-            "norm_beta_initializer": keras.initializers.serialize(self.norm_beta_initializer),
-            "norm_gamma_regularizer": keras.regularizers.serialize(self.norm_gamma_regularizer),
-            "norm_beta_regularizer": keras.regularizers.serialize(self.norm_beta_regularizer),
-        }
-        return {**super().get_config(), **config, **self._zoneout_config()}
+        return {**super().get_config(), **self._norm_config(), **self._zoneout_config()}
 
 
 @_register
