@@ -50,8 +50,8 @@ GPU_HOST_MEMORY = {
     "CudnnRNNDropoutKept": None,  # CPU only: reads a reserve space on the host (§5.3 of cudnn_rnn.md)
     "CudnnRNNV3Keras": ("sequence_lengths", "host_reserved"),
     "CudnnRNNBackpropV3Keras": ("sequence_lengths", "host_reserved"),
-    "LayerNormLSTM": None,  # CPU only: no GPU engine yet (docs/layer_norm_lstm.md §5)
-    "LayerNormLSTMGrad": None,
+    "LayerNormLSTM": ("sequence_lengths",),
+    "LayerNormLSTMGrad": ("sequence_lengths",),
 }
 
 

@@ -33,6 +33,7 @@
 #include <type_traits>
 
 #include "cc/gpu/common.h"
+#include "cc/gpu/reductions.h"
 #include "cc/core/gate_layout.h"
 #include "cc/core/lstm_cell.h"
 #include "cc/core/block_lstm_types.h"
@@ -202,17 +203,6 @@ struct PeepholeFinishFn {
   }
 };
 
-// Row chunking of the peephole reduction: a function of the sizes only (so the bits do not
-// depend on the device), at most kMaxChunks partial rows.
-struct PeepholeChunking {
-  static constexpr int64_t kMinRows = 16, kMaxChunks = 256;
-  int64_t rows_per_chunk, chunks;
-  explicit PeepholeChunking(int64_t rows) {
-    rows_per_chunk = std::max(kMinRows, (rows + kMaxChunks - 1) / kMaxChunks);
-    chunks = rows <= 0 ? 0 : (rows + rows_per_chunk - 1) / rows_per_chunk;
-  }
-};
-
 // BackwardGrad (BlockLSTMFullGradGrad, docs/block_lstm.md §7.2) computes in A throughout: its
 // inputs are seen in A (16-bit: converted copies), its results are written in A and rounded
 // once, as the CPU engine's LstmBackwardGrad, which this mirrors step for step.
@@ -349,7 +339,7 @@ struct LstmEngine {
       s.dw = c.Take<A>((I + H) * G);
       s.db = c.Take<A>(G);
     }
-    if (at.use_peephole) s.partial = c.Take<A>(lstm::PeepholeChunking(rows).chunks * 3 * H);
+    if (at.use_peephole) s.partial = c.Take<A>(ColumnChunking(rows).chunks * 3 * H);
     return s;
   }
 
@@ -363,7 +353,7 @@ struct LstmEngine {
     const int64_t B = d.batch, H = d.cell;
     if (B <= 0 || H <= 0 || !at.use_peephole) return s;
     if (kConvert) s.dgates = c.Take<A>(B * 4 * H);
-    s.partial = c.Take<A>(lstm::PeepholeChunking(B).chunks * 3 * H);
+    s.partial = c.Take<A>(ColumnChunking(B).chunks * 3 * H);
     return s;
   }
 
@@ -859,7 +849,7 @@ struct LstmEngine {
   static cudaError_t PeepholeGrads(Backend& be, int64_t rows, int64_t B, int64_t H,
                                    GateBlocks blk, const A* dgates, const T* cs_prev,
                                    const T* cs, A* partial, T* wci, T* wcf, T* wco) {
-    const lstm::PeepholeChunking chunking(rows);
+    const ColumnChunking chunking(rows);
     TF_LSTM_GPU_RETURN_IF_ERROR(
         be.ForEach(chunking.chunks * 3 * H,
                    lstm::PeepholePartialFn<T, A>{rows, B, H, chunking.rows_per_chunk, blk,

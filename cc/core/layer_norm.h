@@ -2,13 +2,38 @@
 // x̂ = (v − μ)·r, r = 1/sqrt(σ² + ε), μ and σ² the row's mean and population variance, as Keras'
 // LayerNormalization and TF Addons' cells define it. The sums run in double (two passes), so a
 // float row's statistics are exact to float's rounding whatever its length.
+//
+// The per-element steps are TF_LSTM_HOST_DEVICE so that the GPU engine, which sums a row across
+// a thread block (cc/gpu/reductions.h), rounds exactly as NormalizeRow does once it has the sums.
 #ifndef TF_LSTM_OPS_CC_CORE_LAYER_NORM_H_
 #define TF_LSTM_OPS_CC_CORE_LAYER_NORM_H_
 
 #include <cmath>
 #include <cstdint>
 
+#include "cc/core/host_device.h"
+
 namespace tf_lstm_ops {
+
+// r = 1/sqrt(σ² + ε) of a row of n values whose squared deviations from the mean sum to
+// `squares` (in double), rounded to A once.
+template <typename A>
+TF_LSTM_HOST_DEVICE inline A LayerNormRstd(double squares, int64_t n, double epsilon) {
+  return static_cast<A>(1.0 / std::sqrt(squares / static_cast<double>(n) + epsilon));
+}
+
+// x̂ = (v − μ)·r, with μ the row's mean rounded to A.
+template <typename A>
+TF_LSTM_HOST_DEVICE inline A LayerNormXhat(A v, A mu, A r) {
+  return (v - mu) * r;
+}
+
+// The normalisation's backward at one element: r·((dx̂ − m1) − x̂·m2), m1 and m2 the row's means
+// of dx̂ and of dx̂ ⊙ x̂ (rounded to A).
+template <typename A>
+TF_LSTM_HOST_DEVICE inline A LayerNormGrad(A dxhat, A xhat, A r, A m1, A m2) {
+  return r * ((dxhat - m1) - xhat * m2);
+}
 
 // xhat[j] = (v[j] − μ)·r for j < n (xhat may be v); returns r. n > 0.
 template <typename A>
@@ -21,9 +46,9 @@ inline A NormalizeRow(const A* v, int64_t n, double epsilon, A* xhat) {
     const double dev = v[j] - mean;
     squares += dev * dev;
   }
-  const A r = static_cast<A>(1.0 / std::sqrt(squares / static_cast<double>(n) + epsilon));
+  const A r = LayerNormRstd<A>(squares, n, epsilon);
   const A mu = static_cast<A>(mean);
-  for (int64_t j = 0; j < n; ++j) xhat[j] = (v[j] - mu) * r;
+  for (int64_t j = 0; j < n; ++j) xhat[j] = LayerNormXhat(v[j], mu, r);
   return r;
 }
 
@@ -41,7 +66,7 @@ inline void NormalizeRowBackward(const A* dxhat, const A* xhat, A r, int64_t n, 
   const A m1 = static_cast<A>(s1 / static_cast<double>(n));
   const A m2 = static_cast<A>(s2 / static_cast<double>(n));
   for (int64_t j = 0; j < n; ++j) {
-    const A g = r * ((dxhat[j] - m1) - xhat[j] * m2);
+    const A g = LayerNormGrad(dxhat[j], xhat[j], r, m1, m2);
     dv[j] = accumulate ? dv[j] + g : g;
   }
 }

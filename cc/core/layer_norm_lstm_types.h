@@ -46,6 +46,21 @@ struct LayerNormLstmRun {
   RnnZoneout zoneout_h, zoneout_c;
 };
 
+// The weights in Keras' layout, in the element type P (a storage type, or the compute type of an
+// engine's converted copies): kernel [I, 4H], recurrent_kernel [H, 4H], bias [4H] (gates i, f,
+// c, o), and the norms' γ and β: of x·W and h·R [4H] each, of c [H].
+template <typename P>
+struct LayerNormLstmWeights {
+  const P *kernel, *recurrent_kernel, *bias;
+  const P *gamma_x, *beta_x, *gamma_h, *beta_h, *gamma_c, *beta_c;
+};
+// Their gradients, the same shapes.
+template <typename P>
+struct LayerNormLstmWeightGrads {
+  P *kernel, *recurrent_kernel, *bias;
+  P *gamma_x, *beta_x, *gamma_h, *beta_h, *gamma_c, *beta_c;
+};
+
 // Offsets (in compute-type elements, after the header) of what the workspace holds: the states
 // h and c after every step ([T·B, H] each, time-major) and, when training, per (t, b) row the
 // gate values i, f, g, o ([4H]), the normalised x·W and h·R ([4H] each), the normalised c'
@@ -121,6 +136,66 @@ inline RnnReserveHeader LayerNormLstmHeader(const LayerNormLstmModel& m,
   header.config_hash = LayerNormLstmConfigHash(m, run, dtype_size);
   header.bytes = LayerNormLstmWorkspaceBytes(m, run, acc_size);
   return header;
+}
+
+// ---- the cell around the norms (docs/layer_norm_lstm.md §1), one unit of one row ----------------
+// A row's gates are [i, f, g, o], each H wide; every engine calls these, so that the CPU and GPU
+// engines differ only in how they sum a row (cc/core/layer_norm.h).
+
+// Element k of a row's gate activations from its pre-activation z: tanh for the candidate g
+// ([2H, 3H)), σ for i, f and o.
+template <typename A, typename Math>
+TF_LSTM_HOST_DEVICE inline A LayerNormLstmGate(int64_t k, int64_t H, A z) {
+  return k >= 2 * H && k < 3 * H ? Math::Tanh(z) : Math::Sigmoid(z);
+}
+
+// c' = f ⊙ c_{t-1} + i ⊙ g at unit j.
+template <typename A>
+TF_LSTM_HOST_DEVICE inline A LayerNormLstmCell(const A* gates, int64_t H, int64_t j, A c_prev) {
+  return gates[H + j] * c_prev + gates[j] * gates[2 * H + j];
+}
+
+// Unit j after the state's norm: q = LN(c') = x̂_c·γc + βc, h̃ = o ⊙ tanh(q), and the state the
+// preset carries (before zoneout): q (addons) or c' (paper).
+template <typename A>
+struct LayerNormLstmOutput {
+  A h, c;
+};
+template <typename A, typename Math>
+TF_LSTM_HOST_DEVICE inline LayerNormLstmOutput<A> LayerNormLstmOutputAt(
+    LayerNormPreset preset, const A* gates, int64_t H, int64_t j, A xhat_c, A gamma_c, A beta_c,
+    A c_cell) {
+  const A q = xhat_c * gamma_c + beta_c;
+  return {gates[3 * H + j] * Math::Tanh(q), preset == LayerNormPreset::kAddons ? q : c_cell};
+}
+
+// Backward through h̃ = o ⊙ tanh(q): from dh_new (the gradient reaching h̃) and dc_q (the carried
+// state's gradient when the preset carries q itself, else 0), o's pre-activation gradient and
+// dq = dL/dq.
+template <typename A>
+struct LayerNormLstmOutputGrads {
+  A dz_o, dq;
+};
+template <typename A, typename Math>
+TF_LSTM_HOST_DEVICE inline LayerNormLstmOutputGrads<A> LayerNormLstmOutputBackward(
+    const A* gates, int64_t H, int64_t j, A xhat_c, A gamma_c, A beta_c, A dh_new, A dc_q) {
+  const A q = xhat_c * gamma_c + beta_c;
+  const A th = Math::Tanh(q), o = gates[3 * H + j];
+  return {dh_new * th * o * (A(1) - o), dh_new * o * (A(1) - th * th) + dc_q};
+}
+
+// Backward through c' = f ⊙ c_{t-1} + i ⊙ g from dc_cell = dL/dc': the pre-activation gradients
+// of i, f and g and c'’s share of dL/dc_{t-1}.
+template <typename A>
+struct LayerNormLstmCellGrads {
+  A dz_i, dz_f, dz_g, dc_prev;
+};
+template <typename A>
+TF_LSTM_HOST_DEVICE inline LayerNormLstmCellGrads<A> LayerNormLstmCellBackward(
+    const A* gates, int64_t H, int64_t j, A c_prev, A dc_cell) {
+  const A i = gates[j], f = gates[H + j], g = gates[2 * H + j];
+  return {dc_cell * g * i * (A(1) - i), dc_cell * c_prev * f * (A(1) - f),
+          dc_cell * i * (A(1) - g * g), dc_cell * f};
 }
 
 }  // namespace tf_lstm_ops

@@ -41,10 +41,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
 #include <type_traits>
 
 #include "cc/gpu/common.h"
+#include "cc/gpu/rnn_inputs.h"
 #include "cc/cudnn_rnn/gpu_launchers.h"
 #include "cc/core/cudnn_rnn_layout.h"
 #include "cc/core/cudnn_rnn_types.h"
@@ -54,31 +54,7 @@ namespace tf_lstm_ops {
 namespace gpu {
 namespace rnn_detail {
 
-// ---- layout conversions ----------------------------------------------------------------------
-
-// dst [T,B,n] (time-major, To) from a batch-major src [B,T,n] (From); i indexes dst.
-template <typename From, typename To>
-struct BatchToTimeMajorFn {
-  const From* src;
-  To* dst;
-  int64_t time, batch, n;
-  TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
-    const int64_t k = i % n, tb = i / n, t = tb / batch, b = tb % batch;
-    dst[i] = Cast<To>(src[(b * time + t) * n + k]);
-  }
-};
-
-// dst [B,T,n] (batch-major, To) from a time-major src [T,B,n] (From); i indexes src.
-template <typename From, typename To>
-struct TimeToBatchMajorFn {
-  const From* src;
-  To* dst;
-  int64_t time, batch, n;
-  TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
-    const int64_t k = i % n, tb = i / n, t = tb / batch, b = tb % batch;
-    dst[(b * time + t) * n + k] = Cast<To>(src[i]);
-  }
-};
+// ---- Keras' weights <-> params ------------------------------------------------------------------
 
 // One KerasBlock's elements, to params or back (kToParams false); i indexes the block row-major.
 template <typename T, bool kToParams>
@@ -498,28 +474,6 @@ struct DropoutFn {
 };
 
 // ---- backward ----------------------------------------------------------------------------------
-
-// The reserve header against the expected one: flag = 1 on any difference.
-struct HeaderCheckFn {
-  const uint64_t* header;
-  uint64_t expected[4];  // magic, config_hash, bytes, dropout
-  int32_t* flag;
-  TF_LSTM_HOST_DEVICE void operator()(int64_t) const {
-    bool bad = false;
-    for (int k = 0; k < 4; ++k) bad = bad || header[k] != expected[k];
-    flag[0] = bad ? 1 : 0;
-  }
-};
-
-template <typename T>
-struct NanIfFlagFn {
-  const int32_t* flag;
-  T* out;
-  T nan;
-  TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
-    if (flag[0] != 0) out[i] = nan;
-  }
-};
 
 // h_prev of every step, [T, B, Hr]: the initial state, or the state of the preceding step;
 // also rounded to T into out_lo when given (RnnEngine::LoOperands).
@@ -941,39 +895,9 @@ struct RnnEngine {
   }
 
   // ---- zoneout (docs/cudnn_rnn.md §4.9) ------------------------------------------------------
-  // Each zoned state's weights are converted to the compute type once a call, as the inputs are:
-  // per element to time-major [T·B, H] (ToTimeMajor), or the one value; in place where T == A
-  // allows. The step functors blend (forward) and split the state gradients (backward) with
-  // them: Zoneout, ZoneoutView.
-
-  struct ZoneoutStaging {
-    A *h, *c;  // the weights of h and c in A, where converted
-  };
-  static A* TakeZoneoutState(ScratchCarver* s, const RnnRun& run, const RnnZoneout& z,
-                             int64_t H) {
-    const bool staged = z.active() && !(kSame && (run.time_major || !z.per_element));
-    return s->template Take<A>(!staged ? 0 : z.per_element ? run.time * run.batch * H : 1);
-  }
-  static ZoneoutStaging TakeZoneout(ScratchCarver* s, const RnnRun& run, int64_t H) {
-    return {TakeZoneoutState(s, run, run.zoneout_h, H), TakeZoneoutState(s, run, run.zoneout_c, H)};
-  }
-  static cudaError_t ConvertZoneoutState(Backend& be, const RnnRun& run, int64_t H,
-                                         const RnnZoneout& z, A* staging,
-                                         ZoneoutWeights<A>* out) {
-    *out = {};
-    if (!z.active()) return cudaSuccess;
-    out->per_element = z.per_element;
-    const T* keep = static_cast<const T*>(z.keep);
-    return z.per_element ? ToTimeMajor(be, run, H, keep, staging, &out->keep)
-                         : AsAcc(be, keep, 1, staging, &out->keep);
-  }
-  static cudaError_t ConvertZoneout(Backend& be, const RnnRun& run, int64_t H,
-                                    const ZoneoutStaging& staging,
-                                    Zoneout<A>* out) {
-    TF_LSTM_GPU_RETURN_IF_ERROR(
-        ConvertZoneoutState(be, run, H, run.zoneout_h, staging.h, &out->h));
-    return ConvertZoneoutState(be, run, H, run.zoneout_c, staging.c, &out->c);
-  }
+  // Each zoned state's weights are converted to the compute type once a call, as the inputs are
+  // (cc/gpu/rnn_inputs.h: ZoneoutStaging, ConvertZoneout). The step functors blend (forward) and
+  // split the state gradients (backward) with them: Zoneout, ZoneoutView.
 
   struct ForwardBuffers {
     A *params, *x, *h0, *c0;  // compute-type copies (x: none when T == A and time-major, or
@@ -983,7 +907,7 @@ struct RnnEngine {
     T* reset_operand_lo;  // LoOperands, GRU resetting before: a step's r ⊙ h_operand [B, H]
     MaskedBuffer masked;  // operand masks: x ⊙ input_masks[g] (a gate at a time), then
                           // h_prev ⊙ recurrent_masks (every gate)
-    ZoneoutStaging zoneout;
+    ZoneoutStaging<A> zoneout;
     int32_t* len;
     void* blas;
   };
@@ -1013,7 +937,7 @@ struct RnnEngine {
     f.reset_operand_lo = s.Take<T>(lo && m.gru_reset_before ? B * H : 0);
     f.masked = TakeMasked(&s, lo, std::max(run.input_masks ? rows * m.input_size : 0,
                                            run.recurrent_masks ? m.gates() * B * Hr : 0));
-    f.zoneout = TakeZoneout(&s, run, H);
+    f.zoneout = TakeZoneout<T, A>(&s, run, H);
     *bytes = s.Bytes();
     return f;
   }
@@ -1031,7 +955,7 @@ struct RnnEngine {
     // masked sum is a masked operand's gradient (dL/dh_prev: every gate; dx: a gate at a time).
     MaskedBuffer masked;
     A* gate_products;
-    ZoneoutStaging zoneout;
+    ZoneoutStaging<A> zoneout;
     void* blas;
   };
 
@@ -1080,7 +1004,7 @@ struct RnnEngine {
     b.masked = TakeMasked(&s, lo, std::max(x_masked, run.recurrent_masks ? rows * Hr : 0));
     b.gate_products =
         s.Take<A>(std::max(x_masked, run.recurrent_masks ? m.gates() * B * Hr : 0));
-    b.zoneout = TakeZoneout(&s, run, H);
+    b.zoneout = TakeZoneout<T, A>(&s, run, H);
     *bytes = s.Bytes();
     return b;
   }
@@ -1099,23 +1023,6 @@ struct RnnEngine {
 
   // ---- helpers -------------------------------------------------------------------------------
 
-  // A [T,B,n] time-major compute-type view of an input in the run's layout.
-  static cudaError_t ToTimeMajor(Backend& be, const RnnRun& run, int64_t n, const T* src,
-                                 A* staging, const A** out) {
-    if (run.time_major) return AsAcc(be, src, run.time * run.batch * n, staging, out);
-    *out = staging;
-    return be.ForEach(run.time * run.batch * n,
-                      rnn_detail::BatchToTimeMajorFn<T, A>{src, staging, run.time, run.batch, n});
-  }
-
-  // Writes a time-major [T,B,n] compute-type buffer to dst in the run's layout and dtype.
-  static cudaError_t FromTimeMajor(Backend& be, const RnnRun& run, int64_t n, const A* src,
-                                   T* dst) {
-    if (run.time_major) return Convert(be, src, dst, run.time * run.batch * n);
-    return be.ForEach(run.time * run.batch * n,
-                      rnn_detail::TimeToBatchMajorFn<A, T>{src, dst, run.time, run.batch, n});
-  }
-
   // Layer l's input [T·B, width] in T for LoOperands' GEMMs: layer 0's as given (time-major)
   // or transposed, a later layer's (the workspace copy, after dropout) rounded.
   static cudaError_t LayerInputLo(Backend& be, const RnnRun& run, int64_t l, int64_t width,
@@ -1128,7 +1035,7 @@ struct RnnEngine {
     *out = staging;
     if (l == 0) {
       return be.ForEach(
-          n, rnn_detail::BatchToTimeMajorFn<T, T>{input, staging, run.time, run.batch, width});
+          n, SequenceLayoutFn<T, T, true>{input, staging, run.time, run.batch, width});
     }
     return Convert(be, ws_input, staging, n);
   }
@@ -1239,11 +1146,6 @@ struct RnnEngine {
   static const T* InputMasks(const RnnRun& run) { return static_cast<const T*>(run.input_masks); }
   static const T* RecurrentMasks(const RnnRun& run) {
     return static_cast<const T*>(run.recurrent_masks);
-  }
-
-  static cudaError_t UploadLengths(Backend& be, const RnnRun& run, int32_t* len) {
-    if (run.seq_lengths != nullptr) return Upload(be, run.seq_lengths, len, run.batch);
-    return Fill(be, len, run.batch, static_cast<int32_t>(run.time));
   }
 
   // One pseudo-layer's params regions, saved states and initial state (cudnn_rnn_types.h).
@@ -1450,13 +1352,9 @@ struct RnnEngine {
     const int64_t T_ = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
     const int64_t LD = m.num_pseudo_layers(), D = m.num_dirs, rows = T_ * B;
     const bool lstm = m.mode == RnnMode::kLstm;
-    // The header first (kernel arguments: no host buffer, no synchronisation).
-    const RnnReserveHeader header =
-        MakeReserveHeader(m, run, dropout, sizeof(T), sizeof(A));
-    uint64_t words[sizeof(RnnReserveHeader) / sizeof(uint64_t)];
-    std::memcpy(words, &header, sizeof(header));
-    TF_LSTM_GPU_RETURN_IF_ERROR(Upload(be, words, reinterpret_cast<uint64_t*>(workspace),
-                                       static_cast<int64_t>(sizeof(words) / sizeof(words[0]))));
+    // The header first.
+    TF_LSTM_GPU_RETURN_IF_ERROR(WriteReserveHeader(
+        be, MakeReserveHeader(m, run, dropout, sizeof(T), sizeof(A)), workspace));
     if (RnnRunsNothing(m, run)) {  // the final state is the initial state
       TF_LSTM_GPU_RETURN_IF_ERROR(Convert(be, input_h, output_h, LD * B * Hr));
       if (lstm) TF_LSTM_GPU_RETURN_IF_ERROR(Convert(be, input_c, output_c, LD * B * H));
@@ -1478,7 +1376,7 @@ struct RnnEngine {
     TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, input_h, LD * B * Hr, f.h0, &h0));
     if (lstm) TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, input_c, LD * B * H, f.c0, &c0));
     Zoneout<A> zoneout;
-    TF_LSTM_GPU_RETURN_IF_ERROR(ConvertZoneout(be, run, H, f.zoneout, &zoneout));
+    TF_LSTM_GPU_RETURN_IF_ERROR(ConvertZoneout<T>(be, run, H, f.zoneout, &zoneout));
 
     const bool lo = LoOperands(m);
     for (int64_t l = 0; l < m.num_layers; ++l) {
@@ -1680,11 +1578,7 @@ struct RnnEngine {
     const BackwardBuffers s = CarveBackward(scratch, m, run, &bytes);
     be.SetBlasWorkspace(s.blas);
     // The reserve header against the expected one, on the device.
-    HeaderCheckFn check{reinterpret_cast<const uint64_t*>(reserve),
-                        {expected.magic, expected.config_hash,
-                         static_cast<uint64_t>(expected.bytes), expected.dropout},
-                        s.flag};
-    TF_LSTM_GPU_RETURN_IF_ERROR(be.ForEach(1, check));
+    TF_LSTM_GPU_RETURN_IF_ERROR(CheckReserveHeader(be, expected, reserve, s.flag));
 
     if (RnnRunsNothing(m, run)) {  // state gradients pass through, the rest is zero
       TF_LSTM_GPU_RETURN_IF_ERROR(Convert(be, output_h_backprop, input_h_backprop, LD * B * Hr));
@@ -1710,7 +1604,7 @@ struct RnnEngine {
       TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, output_h_backprop, LD * B * Hr, s.dhT, &dhT));
       if (lstm) TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, output_c_backprop, LD * B * H, s.dcT, &dcT));
       Zoneout<A> zoneout;
-      TF_LSTM_GPU_RETURN_IF_ERROR(ConvertZoneout(be, run, H, s.zoneout, &zoneout));
+      TF_LSTM_GPU_RETURN_IF_ERROR(ConvertZoneout<T>(be, run, H, s.zoneout, &zoneout));
       TF_LSTM_GPU_RETURN_IF_ERROR(Fill(be, s.ones, rows, A(1)));
       // Every params region is overwritten by a GEMM: no zeroing needed.
       A* dparams;
@@ -1759,16 +1653,13 @@ struct RnnEngine {
       }
     }
     // A reserve space from another configuration: every output is NaN.
-    const T nan = Cast<T>(std::numeric_limits<A>::quiet_NaN());
     TF_LSTM_GPU_RETURN_IF_ERROR(
-        be.ForEach(rows * m.input_size, NanIfFlagFn<T>{s.flag, input_backprop, nan}));
-    TF_LSTM_GPU_RETURN_IF_ERROR(
-        be.ForEach(LD * B * Hr, NanIfFlagFn<T>{s.flag, input_h_backprop, nan}));
+        NanIfFlagged(be, s.flag, input_backprop, rows * m.input_size));
+    TF_LSTM_GPU_RETURN_IF_ERROR(NanIfFlagged(be, s.flag, input_h_backprop, LD * B * Hr));
     if (lstm) {
-      TF_LSTM_GPU_RETURN_IF_ERROR(
-          be.ForEach(LD * B * H, NanIfFlagFn<T>{s.flag, input_c_backprop, nan}));
+      TF_LSTM_GPU_RETURN_IF_ERROR(NanIfFlagged(be, s.flag, input_c_backprop, LD * B * H));
     }
-    return be.ForEach(n_params, NanIfFlagFn<T>{s.flag, params_backprop, nan});
+    return NanIfFlagged(be, s.flag, params_backprop, n_params);
   }
 };
 

@@ -41,6 +41,20 @@ __global__ void PersistentKernel(int64_t phases, int parts, F f) {
   }
 }
 
+// Backend::Blocks: blocks [0, blocks) in grid-stride order, each through its parts with a block
+// barrier between them (and one before the next block reuses the shared memory).
+template <typename F>
+__global__ void BlocksKernel(int64_t blocks, int parts, F f) {
+  extern __shared__ __align__(16) unsigned char blocks_shared[];
+  for (int64_t block = blockIdx.x; block < blocks; block += gridDim.x) {
+    if (block != static_cast<int64_t>(blockIdx.x)) __syncthreads();
+    for (int part = 0; part < parts; ++part) {
+      if (part > 0) __syncthreads();
+      f(block, static_cast<int>(threadIdx.x), part, static_cast<void*>(blocks_shared));
+    }
+  }
+}
+
 // What a persistent launch needs to know about a device, queried once per device (attribute
 // queries only: no synchronisation, no stream involved).
 struct PersistentDeviceLimits {
@@ -109,6 +123,17 @@ class CudaBackend {
     constexpr int64_t kMaxBlocks = 65536;  // grid-stride beyond
     const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks);
     ForEachKernel<F><<<static_cast<unsigned>(blocks), kThreads, 0, stream_>>>(n, f);
+    return cudaGetLastError();
+  }
+
+  template <typename F>
+  cudaError_t Blocks(int64_t blocks, int threads, size_t shared_bytes, int parts,
+                     const F& f) const {
+    static_assert(std::is_trivially_copyable_v<F>, "functors travel to the device by value");
+    if (blocks <= 0 || parts <= 0) return cudaSuccess;
+    constexpr int64_t kMaxBlocks = 65536;  // grid-stride beyond
+    BlocksKernel<F><<<static_cast<unsigned>(std::min(blocks, kMaxBlocks)), threads, shared_bytes,
+                      stream_>>>(blocks, parts, f);
     return cudaGetLastError();
   }
 

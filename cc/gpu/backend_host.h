@@ -80,12 +80,7 @@ class HostBackend {
     if (blocks > PersistentCapacity<F>(threads, shared_bytes)) {
       return cudaErrorCooperativeLaunchTooLarge;
     }
-    struct alignas(16) Chunk {  // 16-byte aligned like dynamic shared memory on a GPU
-      unsigned char bytes[16];
-    };
-    const size_t chunks = (shared_bytes + 15) / 16;
-    std::vector<std::vector<Chunk>> shared(blocks, std::vector<Chunk>(chunks));
-    for (auto& s : shared) std::memset(s.data(), 0xFF, chunks * sizeof(Chunk));
+    std::vector<SharedMemory> shared(blocks, SharedMemory(shared_bytes));
     for (int64_t phase = 0; phase < phases; ++phase) {
       const bool up = phase % 2 == 0;
       for (int k = 0; k < blocks; ++k) {
@@ -99,6 +94,44 @@ class HostBackend {
     }
     return cudaSuccess;
   }
+
+  // Block by block, each with fresh shared memory (0xFF bytes, as for Persistent), its parts in
+  // order (the block barrier); the threads of a part ascending in even parts and descending in
+  // odd ones, so that reading what another thread writes in the same part shows here too.
+  template <typename F>
+  cudaError_t Blocks(int64_t blocks, int threads, size_t shared_bytes, int parts,
+                     const F& f) const {
+    static_assert(std::is_trivially_copyable_v<F>, "functors travel to the device by value");
+    if (threads <= 0 || threads > 1024 || threads % 32 != 0 ||
+        shared_bytes > kEmulatedSharedBytes) {
+      return cudaErrorInvalidConfiguration;  // (what the launch would say on a GPU)
+    }
+    for (int64_t block = 0; block < blocks; ++block) {
+      SharedMemory shared(shared_bytes);
+      for (int part = 0; part < parts; ++part) {
+        const bool up = part % 2 == 0;
+        for (int i = 0; i < threads; ++i) f(block, up ? i : threads - 1 - i, part, shared.data());
+      }
+    }
+    return cudaSuccess;
+  }
+
+ private:
+  // A block's dynamic shared memory: 16-byte aligned like a GPU's, starting as 0xFF bytes (NaN),
+  // so that reading what was never written shows.
+  class SharedMemory {
+   public:
+    explicit SharedMemory(size_t bytes) : chunks_((bytes + 15) / 16) {
+      std::memset(chunks_.data(), 0xFF, chunks_.size() * sizeof(Chunk));
+    }
+    void* data() { return chunks_.data(); }
+
+   private:
+    struct alignas(16) Chunk {
+      unsigned char bytes[16];
+    };
+    std::vector<Chunk> chunks_;
+  };
 };
 
 }  // namespace gpu

@@ -1,7 +1,7 @@
 // What the framework-free GPU engines share, whatever backend runs them: storage-type traits,
 // scratch carving, the row-major GEMM expressed in cuBLAS's column-major terms, and errors.
 //
-// Engines (cc/block_lstm/gpu_engine.h, cc/cudnn_rnn/gpu_engine.h) are templates on a Backend:
+// Engines (cc/<family>/gpu_engine.h) are templates on a Backend:
 //   CudaBackend (backend_cuda.cuh)  kernels and cuBLAS on a cudaStream_t: the real thing;
 //   HostBackend (backend_host.h)    the same calls executed on the CPU, with a reference
 //                                   column-major GEMM of cuBLAS's exact semantics, so that the
@@ -28,6 +28,14 @@
 //                                                barrier between phases, a block barrier between
 //                                                parts; `shared` is the block's dynamic shared
 //                                                memory and lives for the whole launch
+//   cudaError_t Blocks(int64_t blocks, int threads, size_t shared_bytes, int parts, const F& f)
+//                                                `blocks` independent blocks of `threads` threads
+//                                                (a multiple of 32, at most 1024; shared_bytes at
+//                                                most 48 KiB) that run f(block, thread, part,
+//                                                shared) for every part in order, a block barrier
+//                                                between parts; `shared` is the block's dynamic
+//                                                shared memory, alive for its parts (row
+//                                                reductions: cc/gpu/reductions.h)
 // Nothing here includes TensorFlow. Device code: no exceptions, no allocation; every buffer
 // comes from the caller (one scratch block whose size the engine reports up front).
 #ifndef TF_LSTM_OPS_CC_GPU_COMMON_H_

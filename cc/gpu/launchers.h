@@ -10,13 +10,15 @@
 //    at least the matching *ScratchBytes() bytes (any 256-byte aligned block), owned by the
 //    caller until the stream has passed the call;
 //  - computes in float (double for double) and rounds each output once, like the CPU kernels,
-//    except that with 16-bit T the GEMMs multiply 16-bit operands (weights and inputs as given;
-//    h, later layers' inputs and gate gradients rounded once; see the engines' Precision notes);
+//    except that with 16-bit T the block LSTM's and CudnnRNN's GEMMs multiply 16-bit operands
+//    (weights and inputs as given; h, later layers' inputs and gate gradients rounded once; see
+//    the engines' Precision notes);
 //  - is deterministic: the same inputs give the same bits (no atomics; cuBLAS with a fixed
 //    workspace on one stream);
 //  - expects validated sizes and non-aliased buffers (the OpKernels of cc/tf/ validate:
 //    docs/validation.md).
-// Host pointers: only RnnRun::seq_lengths (read during the call, not after it returns).
+// Host pointers: only the runs' seq_lengths (RnnRun's, LayerNormLstmRun's; read during the call,
+// not after it returns).
 #ifndef TF_LSTM_OPS_CC_GPU_LAUNCHERS_H_
 #define TF_LSTM_OPS_CC_GPU_LAUNCHERS_H_
 

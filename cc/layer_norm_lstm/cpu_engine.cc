@@ -23,15 +23,10 @@ namespace cpu {
 namespace {
 
 // The weights in the compute type.
-template <typename A>
-struct Weights {
-  const A *kernel, *recurrent_kernel, *bias;
-  const A *gamma_x, *beta_x, *gamma_h, *beta_h, *gamma_c, *beta_c;
-};
-
 template <typename T, typename A>
-Weights<A> ConvertWeights(const CPUDevice& d, Scratch& scratch, const LayerNormLstmModel& m,
-                          const LayerNormLstmWeights<T>& w) {
+LayerNormLstmWeights<A> ConvertWeights(const CPUDevice& d, Scratch& scratch,
+                                       const LayerNormLstmModel& m,
+                                       const LayerNormLstmWeights<T>& w) {
   const int64_t I = m.input_size, H = m.num_units, G = m.gate_width();
   return {AsAcc<A>(d, scratch, w.kernel, I * G),  AsAcc<A>(d, scratch, w.recurrent_kernel, H * G),
           AsAcc<A>(d, scratch, w.bias, G),        AsAcc<A>(d, scratch, w.gamma_x, G),
@@ -56,7 +51,7 @@ struct Loop {
   const LayerNormLstmRun& run;
   const std::vector<int64_t>& len;
   const LayerNormLstmLayout& lay;
-  Weights<A> w;
+  LayerNormLstmWeights<A> w;
   const A *h0, *c0;
   const A* mask;  // [B, H] recurrent dropout mask, or null
   Zoneout<A> zoneout;
@@ -94,7 +89,7 @@ void ForwardRows(const Loop<A>& L, int64_t b0, int64_t b1, const A* zx, A* y) {
   const int64_t rows = b1 - b0;
   const bool training = L.run.training;
   const double eps = m.epsilon;
-  const Weights<A>& w = L.w;
+  const LayerNormLstmWeights<A>& w = L.w;
   A* operand_buf = ThreadRows<A, 0>(rows * H);
   A* ah = ThreadRows<A, 1>(rows * G);
   A* row = ThreadRows<A, 2>(2 * G + 3 * H);  // per row: x̂_h, gates, c', x̂_c, h̃
@@ -128,17 +123,15 @@ void ForwardRows(const Loop<A>& L, int64_t b0, int64_t b1, const A* zx, A* y) {
       const A* zx_row = zx + tb * G;
       for (int64_t k = 0; k < G; ++k) {
         const A z = zx_row[k] + (xhat_h[k] * w.gamma_h[k] + w.beta_h[k]);
-        gates[k] = k >= 2 * H && k < 3 * H ? Math::Tanh(z) : Math::Sigmoid(z);
+        gates[k] = LayerNormLstmGate<A, Math>(k, H, z);
       }
-      for (int64_t j = 0; j < H; ++j) {  // c' = f ⊙ c_{t-1} + i ⊙ g
-        c_new[j] = gates[H + j] * c_prev[j] + gates[j] * gates[2 * H + j];
-      }
+      for (int64_t j = 0; j < H; ++j) c_new[j] = LayerNormLstmCell(gates, H, j, c_prev[j]);
       const A r_c = NormalizeRow(c_new, H, eps, xhat_c);
-      const bool addons = m.preset == LayerNormPreset::kAddons;
       for (int64_t j = 0; j < H; ++j) {
-        const A q = xhat_c[j] * w.gamma_c[j] + w.beta_c[j];  // LN(c')
-        h_new[j] = gates[3 * H + j] * Math::Tanh(q);
-        if (addons) c_new[j] = q;  // (Addons carries the normalised c, the paper c')
+        const LayerNormLstmOutput<A> out = LayerNormLstmOutputAt<A, Math>(
+            m.preset, gates, H, j, xhat_c[j], w.gamma_c[j], w.beta_c[j], c_new[j]);
+        h_new[j] = out.h;
+        c_new[j] = out.c;
       }
       const ZoneoutView<A> zh = L.zoneout.h.At(tb * H), zc = L.zoneout.c.At(tb * H);
       for (int64_t j = 0; j < H; ++j) {
@@ -178,7 +171,7 @@ bool ForwardWalk(const CPUDevice& d, Scratch& scratch, const LayerNormLstmModel&
   }
   const LayerNormLstmLayout lay(m, run);
   A* ws = reinterpret_cast<A*>(workspace + sizeof(RnnReserveHeader));
-  const Weights<A> w = ConvertWeights<T, A>(d, scratch, m, weights);
+  const LayerNormLstmWeights<A> w = ConvertWeights<T, A>(d, scratch, m, weights);
   const A* xs = ToTimeMajor<A>(d, scratch, run, I, x);
   const A* h0a = AsAcc<A>(d, scratch, h0, B * H);
   const A* c0a = AsAcc<A>(d, scratch, c0, B * H);
@@ -224,7 +217,7 @@ void BackwardRows(const Loop<A>& L, int64_t b0, int64_t b1, const A* dy, A* dz_a
   const LayerNormLstmModel& m = L.m;
   const int64_t T = L.run.time, B = L.run.batch, H = m.num_units, G = m.gate_width();
   const int64_t rows = b1 - b0;
-  const Weights<A>& w = L.w;
+  const LayerNormLstmWeights<A>& w = L.w;
   const bool addons = m.preset == LayerNormPreset::kAddons;
   A* carried = ThreadRows<A, 0>(rows * H);  // dah·Rᵀ of the block
   A* direct = ThreadRows<A, 1>(rows * H);   // zoneout's (1 - w)·dL/dh_t
@@ -257,22 +250,23 @@ void BackwardRows(const Loop<A>& L, int64_t b0, int64_t b1, const A* dy, A* dz_a
         direct[(b - b0) * H + j] = zh.ToPrevious(j, dh_total[j]);
       }
       for (int64_t j = 0; j < H; ++j) {  // through h̃ = o ⊙ tanh(q), q = LN(c')
-        const A q = xhat_c[j] * w.gamma_c[j] + w.beta_c[j];
-        const A th = Math::Tanh(q), o = gates[3 * H + j];
-        const A dh_new = zh.ToNew(j, dh_total[j]);
-        dz[3 * H + j] = dh_new * th * o * (A(1) - o);
-        // Addons carries q itself: the carried c's gradient joins q's
-        dq[j] = dh_new * o * (A(1) - th * th) + (addons ? zc.ToNew(j, dc_b[j]) : A(0));
+        // (Addons carries q itself: the carried c's gradient joins q's)
+        const LayerNormLstmOutputGrads<A> g = LayerNormLstmOutputBackward<A, Math>(
+            gates, H, j, xhat_c[j], w.gamma_c[j], w.beta_c[j], zh.ToNew(j, dh_total[j]),
+            addons ? zc.ToNew(j, dc_b[j]) : A(0));
+        dz[3 * H + j] = g.dz_o;
+        dq[j] = g.dq;
         dxhat[j] = dq[j] * w.gamma_c[j];
       }
       NormalizeRowBackward(dxhat, xhat_c, rstd[2], H, false, dc_cell);
       for (int64_t j = 0; j < H; ++j) {  // through c' = f ⊙ c_{t-1} + i ⊙ g
         if (!addons) dc_cell[j] += zc.ToNew(j, dc_b[j]);  // (the paper carries c')
-        const A i = gates[j], f = gates[H + j], g = gates[2 * H + j];
-        dz[j] = dc_cell[j] * g * i * (A(1) - i);
-        dz[H + j] = dc_cell[j] * c_prev[j] * f * (A(1) - f);
-        dz[2 * H + j] = dc_cell[j] * i * (A(1) - g * g);
-        dc_b[j] = dc_cell[j] * f + zc.ToPrevious(j, dc_b[j]);
+        const LayerNormLstmCellGrads<A> g =
+            LayerNormLstmCellBackward(gates, H, j, c_prev[j], dc_cell[j]);
+        dz[j] = g.dz_i;
+        dz[H + j] = g.dz_f;
+        dz[2 * H + j] = g.dz_g;
+        dc_b[j] = g.dc_prev + zc.ToPrevious(j, dc_b[j]);
       }
       for (int64_t k = 0; k < G; ++k) dxhat[k] = dz[k] * w.gamma_h[k];
       NormalizeRowBackward(dxhat, xhat_h, rstd[1], G, false, dah);
@@ -318,7 +312,7 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const LayerNormLstmModel
   const LayerNormLstmLayout lay(m, run);
   // The forward's saved activations are read only (Loop's pointer is shared with the forward).
   A* ws = reinterpret_cast<A*>(const_cast<uint8_t*>(reserve) + sizeof(RnnReserveHeader));
-  const Weights<A> w = ConvertWeights<T, A>(d, scratch, m, weights);
+  const LayerNormLstmWeights<A> w = ConvertWeights<T, A>(d, scratch, m, weights);
   const A* xs = ToTimeMajor<A>(d, scratch, run, I, x);
   const A* h0a = AsAcc<A>(d, scratch, h0, B * H);
   const A* c0a = AsAcc<A>(d, scratch, c0, B * H);

@@ -14,19 +14,8 @@
 namespace tf_lstm_ops {
 namespace cpu {
 
-// The weights, in Keras' layout: kernel [I, 4H], recurrent_kernel [H, 4H], bias [4H] (gates i, f,
-// c, o), and the norms' γ and β: of x·W and h·R [4H] each, of c [H].
-template <typename T>
-struct LayerNormLstmWeights {
-  const T *kernel, *recurrent_kernel, *bias;
-  const T *gamma_x, *beta_x, *gamma_h, *beta_h, *gamma_c, *beta_c;
-};
-// Their gradients, the same shapes.
-template <typename T>
-struct LayerNormLstmWeightGrads {
-  T *kernel, *recurrent_kernel, *bias;
-  T *gamma_x, *beta_x, *gamma_h, *beta_h, *gamma_c, *beta_c;
-};
+// The weights and their gradients: LayerNormLstmWeights<T>, LayerNormLstmWeightGrads<T>
+// (cc/core/layer_norm_lstm_types.h).
 
 // Forward. x [T, B, I] (or [B, T, I]), h0 and c0 [B, H]; writes y [T, B, H] (or [B, T, H]; zero
 // past a row's length), h_T and c_T [B, H], and `workspace`: LayerNormLstmWorkspaceBytes(m, run,

@@ -25,6 +25,9 @@ namespace tf_lstm_ops {
 
 using CPUDevice = Eigen::ThreadPoolDevice;
 
+// X(T) for each element type the kernels take (instantiations, registrations).
+#define TF_LSTM_OPS_FOR_EACH_TYPE(X) X(Eigen::half) X(Eigen::bfloat16) X(float) X(double)
+
 // The GPU as a template argument of functors and kernels (TF's Eigen::GpuDevice would need
 // EIGEN_USE_GPU and with it CUDA in every TensorFlow header). The stream is the op's:
 // ctx->op_device_context()->stream().

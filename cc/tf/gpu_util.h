@@ -1,4 +1,4 @@
-// What the GPU functors (block_lstm/functor_gpu.cc, cudnn_rnn/functor_gpu.cc) share: the op's
+// What the GPU functors (block_lstm/, cudnn_rnn/, layer_norm_lstm/functor_gpu.cc) share: the op's
 // CUDA stream, TF <-> CUDA storage types and cudaError_t -> Status. Defined in gpu_util.cc.
 // Compiled by g++ only when CUDA is configured: TF headers plus the CUDA runtime API headers, no
 // EIGEN_USE_GPU / GOOGLE_CUDA (those would pull CUDA and Eigen's GPU code into TF's headers).

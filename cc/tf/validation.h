@@ -9,12 +9,14 @@
 #define TF_LSTM_OPS_CC_TF_VALIDATION_H_
 
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cc/core/cudnn_rnn_types.h"
+#include "cc/tf/device.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
@@ -125,6 +127,38 @@ inline absl::Status ResolveZoneoutWeights(const tensorflow::Tensor& t, const cha
   slot->per_element = t.dims() == 3;
   return absl::OkStatus();
 }
+
+// Reserve space elements of T holding `bytes`.
+inline int64_t ReserveElements(int64_t bytes, int64_t elem) { return (bytes + elem - 1) / elem; }
+
+// How a backward checks that a reserve space came from our forward with this configuration
+// (RnnReserveHeader, every family's): on the CPU the reserve space is host memory and its whole
+// header is compared here; on the GPU it is device memory, so only its exact size is checked here
+// and the engine compares the header with `expected` on the device.
+template <typename Device, typename T>
+struct ReserveCheck {
+  static bool Matches(const tensorflow::Tensor& reserve, const RnnReserveHeader& expected) {
+    const int64_t reserve_bytes = reserve.NumElements() * static_cast<int64_t>(sizeof(T));
+    RnnReserveHeader header{};
+    if (reserve.dims() == 1 && reserve_bytes >= static_cast<int64_t>(sizeof(header))) {
+      std::memcpy(&header, reserve.flat<T>().data(), sizeof(header));
+    }
+    // Exactly the forward's size, as on the GPU.
+    return reserve.NumElements() == ReserveElements(expected.bytes, sizeof(T)) &&
+           header.magic == expected.magic && header.dropout == expected.dropout &&
+           header.config_hash == expected.config_hash && header.bytes == expected.bytes;
+  }
+};
+
+#ifdef TF_LSTM_OPS_WITH_CUDA
+template <typename T>
+struct ReserveCheck<GpuDevice, T> {
+  static bool Matches(const tensorflow::Tensor& reserve, const RnnReserveHeader& expected) {
+    return reserve.dims() == 1 &&
+           reserve.NumElements() == ReserveElements(expected.bytes, sizeof(T));
+  }
+};
+#endif  // TF_LSTM_OPS_WITH_CUDA
 
 // A shape built from validated sizes (still checked: TensorShape's constructor aborts on overflow).
 inline absl::Status MakeShape(std::initializer_list<int64_t> dims,

@@ -1,6 +1,6 @@
-"""Builds the GPU self-test module (the *.cu.cc launchers of cc/gpu, cc/block_lstm and
-cc/cudnn_rnn, cc/gpu/cublas_runtime.cc and the bindings here) with nvcc, without TensorFlow or
-Bazel: `python tools/gpu_selftest/build.py [--arch 90]` (from the repository root) or
+"""Builds the GPU self-test module (the *.cu.cc launchers of cc/gpu and of every family in
+FAMILIES, cc/gpu/cublas_runtime.cc and the bindings here) with nvcc, without TensorFlow or Bazel:
+`python tools/gpu_selftest/build.py [--arch 90]` (from the repository root) or
 `from tools.gpu_selftest import build; build.load()`.
 
 The module lands in build/gpu_selftest/sm_<arch>/ (gitignored; one folder per target, so the
@@ -27,18 +27,20 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 OUT_DIR = os.path.join(ROOT, "build", "gpu_selftest")
 MODULE = "_rnn_gpu_selftest"
+# The engine families (cc/<family>/) whose GPU launchers the module holds.
+FAMILIES = ("block_lstm", "cudnn_rnn", "layer_norm_lstm")
 
 
 def sources():
     """The module's translation units: the launcher files, the runtime, the bindings."""
-    launchers = [os.path.join(ROOT, "cc", d, "*.cu.cc") for d in ("gpu", "block_lstm", "cudnn_rnn")]
+    launchers = [os.path.join(ROOT, "cc", d, "*.cu.cc") for d in ("gpu",) + FAMILIES]
     return sorted(sum((glob.glob(g) for g in launchers), [])
                   + [os.path.join(ROOT, "cc", "gpu", "cublas_runtime.cc")]
                   + glob.glob(os.path.join(HERE, "*.cu.cc")))
 
 
 def headers():
-    folders = [os.path.join(ROOT, "cc", d) for d in ("core", "gpu", "block_lstm", "cudnn_rnn")]
+    folders = [os.path.join(ROOT, "cc", d) for d in ("core", "gpu") + FAMILIES]
     return sorted(sum((glob.glob(os.path.join(f, "*.h*")) for f in folders), [])
                   + glob.glob(os.path.join(HERE, "*.h")))
 

@@ -87,9 +87,8 @@ struct RnnCall {
       throw py::value_error("operand masks need one layer, one direction, linear input and no "
                             "projection");
     }
-    // (per_element only where zoned, as the OpKernels set it: the reserve header hashes it)
-    run.zoneout_h = RnnZoneout{Ptr<const void>(zoneout_h), zoneout_h != 0 && zoneout_h_per_element};
-    run.zoneout_c = RnnZoneout{Ptr<const void>(zoneout_c), zoneout_c != 0 && zoneout_c_per_element};
+    run.zoneout_h = ZoneoutAt(zoneout_h, zoneout_h_per_element);
+    run.zoneout_c = ZoneoutAt(zoneout_c, zoneout_c_per_element);
     if (run.zoned() && !RnnTakesMasks(m)) {
       throw py::value_error("zoneout needs one layer, one direction, linear input and no "
                             "projection");
@@ -98,16 +97,7 @@ struct RnnCall {
       throw py::value_error("zoneout_c needs mode lstm");
     }
     m.zoneout = run.zoned();  // as the OpKernels set it: Keras' cells
-    if (lens) {
-      lengths = *lens;
-      if (static_cast<int64_t>(lengths.size()) != batch) {
-        throw py::value_error("lengths must have batch entries");
-      }
-      for (int32_t v : lengths) {
-        if (v < 0 || v > time) throw py::value_error("lengths must be in [0, time]");
-      }
-      run.seq_lengths = lengths.data();
-    }
+    run.seq_lengths = CheckedLengths(lens, batch, time, &lengths);
     if (RnnWorkspaceBytes(m, run, true, 8) < 0) throw py::value_error("workspace overflows");
     dropout = RnnDropout{static_cast<float>(rate), seed, call};
   }

@@ -5,9 +5,9 @@
     python3 -m tools.gpu_selftest.gpu_selftest [options]
 
 With --backend cuda (the default; needs nvcc, pybind11, NumPy and PyTorch with CUDA) it
-  1. builds the self-test module (the *.cu.cc launchers of cc/gpu, cc/block_lstm and cc/cudnn_rnn +
-     bindings, build.py) with nvcc for the GPU's compute capability (or --arch) and prints the
-     device, driver/runtime, torch and cuDNN versions;
+  1. builds the self-test module (the *.cu.cc launchers of cc/gpu, cc/block_lstm, cc/cudnn_rnn
+     and cc/layer_norm_lstm + bindings, build.py) with nvcc for the GPU's compute capability (or
+     --arch) and prints the device, driver/runtime, torch and cuDNN versions;
   2. makes sure cuBLAS loads: the engines dlopen libcublas at their first call, reusing one the
      process already loaded (RTLD_NOLOAD), so a torch matmul runs first; if torch's cuBLAS is not
      under a name the engines look for, TF_LSTM_OPS_CUBLAS is pointed at it (torch's
@@ -15,10 +15,11 @@ With --backend cuda (the default; needs nvcc, pybind11, NumPy and PyTorch with C
      with it; then module.initialize() (driver check, cuBLAS) must succeed;
   3. correctness, every dtype (half, bfloat16, float32, float64), torch tensors as buffers on one
      stream:
-       - the LSTM block-op and CudnnRNN engine suites (block_lstm_checks.py,
-                                                       cudnn_rnn_checks.py; the latter with
-         Keras' operand masks, the GRU resetting before and zoneout too) against the float64
-         NumPy references (tools/references/block_lstm.py, cudnn_rnn.py);
+       - the LSTM block-op, CudnnRNN and LayerNorm LSTM engine suites (block_lstm_checks.py,
+         cudnn_rnn_checks.py, layer_norm_lstm_checks.py; CudnnRNN with Keras' operand masks,
+         the GRU resetting before and zoneout too, the LayerNorm LSTM with both presets, its
+         recurrent mask and zoneout) against the float64 NumPy references
+         (tools/references/block_lstm.py, cudnn_rnn.py, layer_norm_lstm.py);
        - repeat runs bitwise equal;
        - the CudnnRNN engine against torch.nn.LSTM (also proj_size), GRU and RNN (tanh, relu):
          1-2 layers, uni-/bidirectional, time-/batch-major, fixed and variable lengths
@@ -42,7 +43,7 @@ With --backend cuda (the default; needs nvcc, pybind11, NumPy and PyTorch with C
      time for comparison (TF_LSTM_OPS_RNN_PERSISTENT=0, the engine's test-only switch).
 
 With --backend host it builds the module (for sm_80 unless --arch: the tests' build, reused) and
-runs the two engine suites and the bitwise-repeat checks of 3 on the engines' host backend with
+runs the three engine suites and the bitwise-repeat checks of 3 on the engines' host backend with
 NumPy buffers: no GPU and no torch needed (--quick: a covering subset; this is what
 tests/test_gpu_selftest_cli.py runs). --with-torch adds the torch comparisons on the CPU, with
 torch CPU tensors as the buffers, to check the harness itself (and --bench --with-torch a tiny
@@ -57,6 +58,7 @@ exit status 0 when everything passed, 1 otherwise. --json FILE writes the result
 import argparse
 import contextlib
 import ctypes
+import functools
 import glob
 import json
 import os
@@ -73,7 +75,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 if ROOT not in sys.path:  # run as a script: make the repo's tools.gpu_selftest importable
     sys.path.insert(0, ROOT)
-from tools.gpu_selftest import build, block_lstm_checks, cudnn_rnn_checks, storage  # noqa: E402
+from tools.gpu_selftest import build, block_lstm_checks, cudnn_rnn_checks  # noqa: E402
+from tools.gpu_selftest import layer_norm_lstm_checks, storage  # noqa: E402
 
 R = cudnn_rnn_checks.R  # tools/references/cudnn_rnn.py
 
@@ -439,89 +442,127 @@ def _rnn_try(what, fn, failures):
 KERAS_PARAMS_CASES = (("lstm", 1, 256, 256), ("gru", 2, 37, 33), ("rnn_tanh", 1, 0, 4))
 
 
+def _run_checks(ctx, seed, checks, what):
+    """Runs, for each dtype, the (name, check) pairs of checks(dtype, rng) (rng seeded from seed
+    and the dtype) under _rnn_try; a check may return {name: relative error}, whose worst per
+    dtype is reported with `what`. Returns the failures and the number of checks."""
+    failures, n = [], 0
+    for dtype in ctx.dtypes:
+        worst = {}
+        rng = np.random.default_rng(block_lstm_checks.seed_for(seed, dtype))
+        for name, check in checks(dtype, rng):
+            errors = _rnn_try("%s %s" % (dtype, name), check, failures)
+            n += 1
+            for k, v in (errors or {}).items():
+                worst[k] = max(worst.get(k, 0.0), v)
+        if worst:
+            k = max(worst, key=worst.get)
+            indent("%s: %s, worst error %.3g (%s)" % (dtype, what(dtype), worst[k], k))
+    return failures, n
+
+
+def _suite(ctx, checks, cases, header_cases, dtype, rng):
+    """The (name, check) pairs of an engine suite (checks: a *_checks module): every case against
+    the reference, the empty runs, the reserve-header mismatches."""
+    on = (ctx.module, ctx.alloc)
+    for case in cases:
+        yield case.name, functools.partial(checks.check_case, *on, case, dtype, rng)
+    for case in checks.empty_cases():
+        yield case.name + " (empty)", functools.partial(checks.check_empty, *on, case, dtype, rng)
+    for case in header_cases:
+        yield (case.name + " (reserve header mismatch)",
+               functools.partial(checks.check_header_mismatch, *on, case, dtype, rng))
+
+
 def group_rnn_reference(ctx):
-    cases = cudnn_rnn_checks.engine_cases()
+    C = cudnn_rnn_checks
+    cases = C.engine_cases()
     if ctx.quick:
         cases = cases[::4]
     else:
         cases += LARGE_RNN_CASES
-    failures = []
-    n = 0
-    for dtype in ctx.dtypes:
-        worst = {}
-        rng = np.random.default_rng(block_lstm_checks.seed_for("rnn", dtype))
-        for case in cases:
-            errors = _rnn_try("%s %s" % (dtype, case.name),
-                              lambda: cudnn_rnn_checks.check_case(ctx.module, ctx.alloc, case,
-                                                                  dtype, rng),
-                              failures)
-            n += 1
-            for k, v in (errors or {}).items():
-                worst[k] = max(worst.get(k, 0.0), v)
-        for case in cudnn_rnn_checks.empty_cases():
-            _rnn_try("%s %s (empty)" % (dtype, case.name),
-                     lambda: cudnn_rnn_checks.check_empty(ctx.module, ctx.alloc, case, dtype, rng),
-                     failures)
-            n += 1
-        header_cases = [cudnn_rnn_checks.Case(mode, 2, 4, 3, "bidirectional",
-                                              2 if mode == "lstm" else 0,
-                                              lengths=cudnn_rnn_checks.VARLEN,
-                                              dropout=0.5 if mode == "gru" else 0.0)
-                        for mode in (("lstm", "gru") if ctx.quick else R.MODES)]
-        header_cases.append(cudnn_rnn_checks.Case("gru", 1, 4, 3, lengths=cudnn_rnn_checks.VARLEN,
-                                                  recurrent_masks=True, reset_after=False))
-        header_cases.append(cudnn_rnn_checks.Case("lstm", 1, 4, 3, lengths=cudnn_rnn_checks.VARLEN,
-                                                  zoneout_h=0.9,
-                                                  zoneout_c=cudnn_rnn_checks.PER_ELEMENT))
-        for case in header_cases:
-            _rnn_try("%s %s (reserve header mismatch)" % (dtype, case.name),
-                     lambda: cudnn_rnn_checks.check_header_mismatch(ctx.module, ctx.alloc, case,
-                                                                    dtype,
-                                                              rng), failures)
-            n += 1
+    header_cases = [C.Case(mode, 2, 4, 3, "bidirectional", 2 if mode == "lstm" else 0,
+                           lengths=C.VARLEN, dropout=0.5 if mode == "gru" else 0.0)
+                    for mode in (("lstm", "gru") if ctx.quick else R.MODES)]
+    header_cases.append(C.Case("gru", 1, 4, 3, lengths=C.VARLEN, recurrent_masks=True,
+                               reset_after=False))
+    header_cases.append(C.Case("lstm", 1, 4, 3, lengths=C.VARLEN, zoneout_h=0.9,
+                               zoneout_c=C.PER_ELEMENT))
+
+    def checks(dtype, rng):
+        yield from _suite(ctx, C, cases, header_cases, dtype, rng)
         for mode, bias_rows, I, H in KERAS_PARAMS_CASES:
-            _rnn_try("%s Keras weights %s I=%d H=%d, %d bias row(s)" % (dtype, mode, I, H,
-                                                                       bias_rows),
-                     lambda: cudnn_rnn_checks.check_keras_params(ctx.module, ctx.alloc, mode, I,
-                                                                 H, bias_rows, dtype, rng),
-                     failures)
-            n += 1
-        if worst:
-            k = max(worst, key=worst.get)
-            indent("%s: %d cases, worst error %.3g (%s)" % (dtype, len(cases), worst[k], k))
+            yield ("Keras weights %s I=%d H=%d, %d bias row(s)" % (mode, I, H, bias_rows),
+                   functools.partial(C.check_keras_params, ctx.module, ctx.alloc, mode, I, H,
+                                     bias_rows, dtype, rng))
+
+    failures, n = _run_checks(ctx, "rnn", checks, lambda dtype: "%d cases" % len(cases))
     return not failures, "%d checks (%d cases + empty + header mismatch + Keras weights, x %d " \
         "dtypes), %d failed" % (n, len(cases), len(ctx.dtypes), len(failures))
 
 
-def group_rnn_determinism(ctx):
-    cases = [cudnn_rnn_checks.Case("lstm", 2, 4, 3, "bidirectional", 2, time_major=False,
-                             lengths=cudnn_rnn_checks.VARLEN, dropout=0.5, seed=11),
-             cudnn_rnn_checks.Case("gru", 2, 5, 3, "bidirectional",
-                                   lengths=cudnn_rnn_checks.VARLEN),
-             cudnn_rnn_checks.Case("lstm", 1, 5, 3, time_major=False,
-                                   lengths=cudnn_rnn_checks.VARLEN, input_masks=True,
-                                   recurrent_masks=True),
-             cudnn_rnn_checks.Case("gru", 1, 5, 3, lengths=cudnn_rnn_checks.VARLEN,
-                                   recurrent_masks=True, reset_after=False),
-             cudnn_rnn_checks.Case("lstm", 1, 5, 3, time_major=False,
-                                   lengths=cudnn_rnn_checks.VARLEN,
-                                   zoneout_h=cudnn_rnn_checks.PER_ELEMENT, zoneout_c=0.9)]
-    if not ctx.quick:
-        cases.append(cudnn_rnn_checks.Case("lstm", 2, 128, 64, "bidirectional", 32, time=16,
-                                           batch=32,
-                                     lengths=_lengths_with_empty(16, 32), dropout=0.25, seed=3))
-    failures = []
-    n = 0
-    for dtype in ctx.dtypes:
-        rng = np.random.default_rng(block_lstm_checks.seed_for("rnn-det", dtype))
-        for case in cases:
-            _rnn_try("%s %s" % (dtype, case.name),
-                     lambda: cudnn_rnn_checks.check_deterministic(ctx.module, ctx.alloc, case,
-                                                                  dtype,
-                                                            rng), failures)
-            n += 1
+LN = layer_norm_lstm_checks
+# Larger LayerNorm LSTM runs: many rows per step, and rows of 4H = 2048 (a block of 256 threads,
+# eight elements each, every group of sums full).
+LARGE_LN_CASES = [
+    LN.Case("addons", False, time=9, batch=37, input_size=20, num_units=48,
+            lengths=_lengths_with_empty(9, 37), recurrent_mask=True, zoneout_h=LN.PER_ELEMENT,
+            zoneout_c=LN.PER_ELEMENT),
+    LN.Case("paper", True, time=10, batch=40, input_size=33, num_units=64,
+            lengths=_lengths_with_empty(10, 40), zoneout_h=0.9),
+    LN.Case("addons", True, time=6, batch=5, input_size=64, num_units=512,
+            lengths=_lengths_with_empty(6, 5), recurrent_mask=True),
+]
+
+
+def group_ln_reference(ctx):
+    cases = LN.engine_cases()
+    if ctx.quick:
+        cases = cases[::3]
+    else:
+        cases += LARGE_LN_CASES
+    header_cases = [LN.Case("addons", lengths=LN.VARLEN, recurrent_mask=True,
+                            zoneout_h=LN.PER_ELEMENT, zoneout_c=0.9),
+                    LN.Case("paper", False, lengths=LN.VARLEN, zoneout_c=LN.PER_ELEMENT)]
+
+    failures, n = _run_checks(
+        ctx, "layer-norm", lambda dtype, rng: _suite(ctx, LN, cases, header_cases, dtype, rng),
+        lambda dtype: "%d cases, tolerance %g" % (len(cases), LN.TOL[dtype]))
+    return not failures, "%d checks (%d cases + empty + header mismatch, x %d dtypes), " \
+        "%d failed" % (n, len(cases), len(ctx.dtypes), len(failures))
+
+
+def _determinism_group(ctx, seed, checks_module, cases):
+    failures, n = _run_checks(ctx, seed, lambda dtype, rng: (
+        (case.name, functools.partial(checks_module.check_deterministic, ctx.module, ctx.alloc,
+                                      case, dtype, rng)) for case in cases), None)
     return not failures, "%d forward (workspace included) + backward pairs, %d differ" % (
         n, len(failures))
+
+
+def group_ln_determinism(ctx):
+    cases = [LN.Case("addons", False, lengths=LN.VARLEN, recurrent_mask=True,
+                     zoneout_h=LN.PER_ELEMENT, zoneout_c=0.9),
+             LN.Case("paper", lengths=LN.VARLEN)]
+    if not ctx.quick:
+        cases += LARGE_LN_CASES[:1]
+    return _determinism_group(ctx, "layer-norm-det", LN, cases)
+
+
+def group_rnn_determinism(ctx):
+    C = cudnn_rnn_checks
+    cases = [C.Case("lstm", 2, 4, 3, "bidirectional", 2, time_major=False, lengths=C.VARLEN,
+                    dropout=0.5, seed=11),
+             C.Case("gru", 2, 5, 3, "bidirectional", lengths=C.VARLEN),
+             C.Case("lstm", 1, 5, 3, time_major=False, lengths=C.VARLEN, input_masks=True,
+                    recurrent_masks=True),
+             C.Case("gru", 1, 5, 3, lengths=C.VARLEN, recurrent_masks=True, reset_after=False),
+             C.Case("lstm", 1, 5, 3, time_major=False, lengths=C.VARLEN,
+                    zoneout_h=C.PER_ELEMENT, zoneout_c=0.9)]
+    if not ctx.quick:
+        cases.append(C.Case("lstm", 2, 128, 64, "bidirectional", 32, time=16, batch=32,
+                            lengths=_lengths_with_empty(16, 32), dropout=0.25, seed=3))
+    return _determinism_group(ctx, "rnn-det", C, cases)
 
 
 def _torch_group(ctx, items, check, label):
@@ -759,7 +800,9 @@ def run(args):
         groups += [("LSTM block-op engine vs float64 reference", group_lstm_reference),
                    ("LSTM block-op engine: repeat runs bitwise equal", group_lstm_determinism),
                    ("CudnnRNN engine vs float64 reference", group_rnn_reference),
-                   ("CudnnRNN engine: repeat runs bitwise equal", group_rnn_determinism)]
+                   ("CudnnRNN engine: repeat runs bitwise equal", group_rnn_determinism),
+                   ("LayerNorm LSTM engine vs float64 reference", group_ln_reference),
+                   ("LayerNorm LSTM engine: repeat runs bitwise equal", group_ln_determinism)]
         if torch is not None:
             where = "cuDNN" if cuda else "CPU"
             groups += [("CudnnRNN engine vs torch.nn LSTM/GRU/RNN (%s)" % where, group_torch_rnn),

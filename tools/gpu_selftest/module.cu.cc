@@ -1,4 +1,4 @@
-// The self-test module: device queries plus the LSTM and CudnnRNN engine bindings.
+// The self-test module: device queries plus the LSTM, CudnnRNN and LayerNorm LSTM engine bindings.
 #include <cuda_runtime_api.h>
 
 #include "tools/gpu_selftest/bindings.h"
@@ -22,4 +22,5 @@ PYBIND11_MODULE(_rnn_gpu_selftest, m) {
         "driver check and cuBLAS loading (what every launcher does first)");
   selftest::RegisterLstm(m);
   selftest::RegisterRnn(m);
+  selftest::RegisterLayerNormLstm(m);
 }

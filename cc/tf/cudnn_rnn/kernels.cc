@@ -4,7 +4,7 @@
 // With CUDA, also on the GPU for our namespaced ops only (TF's GPU build has cuDNN kernels for
 // its own names). The kernels are device-generic: validation is shared, and what differs per
 // device (how much of the reserve header the kernel can check, host writes into outputs) is in
-// ReserveCheck and DeviceMemory; the functors write the header themselves.
+// ReserveCheck (cc/tf/validation.h) and DeviceMemory; the functors write the header themselves.
 #define EIGEN_USE_THREADS
 
 #include <algorithm>
@@ -341,38 +341,6 @@ TensorShape OutputShape(const RnnModel& m, const RnnRun& run) {
   return run.time_major ? TensorShape({run.time, run.batch, width})
                         : TensorShape({run.batch, run.time, width});
 }
-
-// Reserve space elements of T holding `bytes`.
-int64_t ReserveElements(int64_t bytes, int64_t elem) { return (bytes + elem - 1) / elem; }
-
-// How Backprop checks that a reserve space came from our forward with this configuration: on
-// the CPU the reserve space is host memory and its whole header is compared here; on the GPU it
-// is device memory, so only its exact size is checked here and the engine compares the header
-// with `expected` on the device.
-template <typename Device, typename T>
-struct ReserveCheck {
-  static bool Matches(const Tensor& reserve, const RnnReserveHeader& expected) {
-    const int64_t reserve_bytes = reserve.NumElements() * static_cast<int64_t>(sizeof(T));
-    RnnReserveHeader header{};
-    if (reserve.dims() == 1 && reserve_bytes >= static_cast<int64_t>(sizeof(header))) {
-      std::memcpy(&header, reserve.flat<T>().data(), sizeof(header));
-    }
-    // Exactly the forward's size, as on the GPU.
-    return reserve.NumElements() == ReserveElements(expected.bytes, sizeof(T)) &&
-           header.magic == expected.magic && header.dropout == expected.dropout &&
-           header.config_hash == expected.config_hash && header.bytes == expected.bytes;
-  }
-};
-
-#ifdef TF_LSTM_OPS_WITH_CUDA
-template <typename T>
-struct ReserveCheck<GpuDevice, T> {
-  static bool Matches(const Tensor& reserve, const RnnReserveHeader& expected) {
-    return reserve.dims() == 1 &&
-           reserve.NumElements() == ReserveElements(expected.bytes, sizeof(T));
-  }
-};
-#endif  // TF_LSTM_OPS_WITH_CUDA
 
 // The reserve space must come from our training forward with exactly this configuration.
 template <typename Device, typename T>

@@ -1,6 +1,10 @@
-// OpKernels of the LayerNorm LSTM (CPU; docs/layer_norm_lstm.md §3): validate every input (ranks
-// first, then sizes; docs/validation.md §9), allocate the outputs, run the CPU engine on the op's
-// intra-op pool. There is no GPU engine yet: on a GPU host TensorFlow places these ops on the CPU.
+// OpKernels of the LayerNorm LSTM (docs/layer_norm_lstm.md §3): validate every input (ranks
+// first, then sizes; docs/validation.md §9), allocate the outputs, run the functors (functor.h):
+// the CPU engine on the op's intra-op pool, or with CUDA the GPU engine on the op's stream
+// (docs/layer_norm_lstm.md §5). The kernels are device-generic: validation is shared, and what
+// differs per device (how much of the reserve header the kernel can check) is ReserveCheck's
+// (cc/tf/validation.h); the functors write the header themselves. sequence_lengths is host
+// memory on every device: the kernel reads it to check and hash the run.
 #define EIGEN_USE_THREADS
 
 #include <cmath>
@@ -10,8 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "cc/core/layer_norm_lstm_types.h"
 #include "cc/core/precision.h"
-#include "cc/layer_norm_lstm/cpu_engine.h"
 #include "cc/tf/device.h"
+#include "cc/tf/layer_norm_lstm/functor.h"
 #include "cc/tf/validation.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
@@ -131,15 +135,13 @@ absl::Status ResolveLayerNormLstm(OpKernelContext* ctx, const LayerNormLstmAttrs
 }
 
 template <typename T>
-cpu::LayerNormLstmWeights<T> WeightsOf(OpKernelContext* ctx) {
+LayerNormLstmWeights<T> WeightsOf(OpKernelContext* ctx) {
   const T* w[9];
   for (int k = 0; k < 9; ++k) w[k] = NamedInput(ctx, kWeightNames[k]).flat<T>().data();
   return {w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8]};
 }
 
-int64_t ReserveElements(int64_t bytes, int64_t elem) { return (bytes + elem - 1) / elem; }
-
-template <typename T>
+template <typename Device, typename T>
 class LayerNormLstmOp : public OpKernel {
  public:
   explicit LayerNormLstmOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
@@ -173,18 +175,11 @@ class LayerNormLstmOp : public OpKernel {
                                              &scratch));
       workspace = scratch.flat<uint8_t>().data();
     }
-    const CPUDevice& d = ctx->eigen_device<CPUDevice>();
     auto data = [ctx](const char* name) { return NamedInput(ctx, name).flat<T>().data(); };
-    const cpu::LayerNormLstmWeights<T> w = WeightsOf<T>(ctx);
-    OP_REQUIRES_OK(ctx, RunOnCpu(ctx, "the forward pass",
-                                 cpu::LayerNormLstmForwardScratchBytes<T>(d, m, run),
-                                 [&](const CPUDevice& device, void* s, size_t n) {
-                                   return cpu::LayerNormLstmForward<T>(
-                                       device, m, run, data("input"), data("input_h"),
-                                       data("input_c"), w, output->flat<T>().data(),
-                                       output_h->flat<T>().data(), output_c->flat<T>().data(),
-                                       workspace, s, n);
-                                 }));
+    OP_REQUIRES_OK(ctx, LayerNormLstmForward<Device, T>()(
+                            ctx, m, run, data("input"), data("input_h"), data("input_c"),
+                            WeightsOf<T>(ctx), output->flat<T>().data(),
+                            output_h->flat<T>().data(), output_c->flat<T>().data(), workspace));
   }
 
  private:
@@ -192,7 +187,7 @@ class LayerNormLstmOp : public OpKernel {
   bool is_training_ = true;
 };
 
-template <typename T>
+template <typename Device, typename T>
 class LayerNormLstmGradOp : public OpKernel {
  public:
   explicit LayerNormLstmGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
@@ -221,13 +216,7 @@ class LayerNormLstmGradOp : public OpKernel {
     // The reserve space must come from our training forward with exactly this configuration.
     const Tensor& reserve = NamedInput(ctx, "reserve_space");
     const RnnReserveHeader expected = LayerNormLstmHeader(m, run, sizeof(T), sizeof(AccFor<T>));
-    RnnReserveHeader header{};
-    const bool sized = reserve.dims() == 1 &&
-                       reserve.NumElements() == ReserveElements(expected.bytes, sizeof(T));
-    if (sized) std::memcpy(&header, reserve.flat<T>().data(), sizeof(header));
-    OP_REQUIRES(ctx,
-                sized && header.magic == expected.magic &&
-                    header.config_hash == expected.config_hash && header.bytes == expected.bytes,
+    OP_REQUIRES(ctx, (ReserveCheck<Device, T>::Matches(reserve, expected)),
                 absl::InvalidArgumentError(absl::StrCat(
                     "reserve_space ", reserve.shape().DebugString(),
                     " was not produced by a training-mode (is_training=true) LayerNormLSTM "
@@ -243,38 +232,46 @@ class LayerNormLstmGradOp : public OpKernel {
     }
     auto data = [ctx](const char* name) { return NamedInput(ctx, name).flat<T>().data(); };
     auto grad = [&](int k) { return out[k]->flat<T>().data(); };
-    const cpu::LayerNormLstmWeightGrads<T> grads{grad(3), grad(4),  grad(5),  grad(6), grad(7),
-                                                 grad(8), grad(9), grad(10), grad(11)};
-    const cpu::LayerNormLstmWeights<T> w = WeightsOf<T>(ctx);
-    const CPUDevice& d = ctx->eigen_device<CPUDevice>();
-    OP_REQUIRES_OK(
-        ctx, RunOnCpu(ctx, "the backward pass",
-                      cpu::LayerNormLstmBackwardScratchBytes<T>(d, m, run),
-                      [&](const CPUDevice& device, void* s, size_t n) {
-                        return cpu::LayerNormLstmBackward<T>(
-                            device, m, run, data("input"), data("input_h"), data("input_c"), w,
-                            data("output_backprop"), data("output_h_backprop"),
-                            data("output_c_backprop"),
+    const LayerNormLstmWeightGrads<T> grads{grad(3), grad(4),  grad(5),  grad(6), grad(7),
+                                            grad(8), grad(9), grad(10), grad(11)};
+    OP_REQUIRES_OK(ctx, LayerNormLstmBackward<Device, T>()(
+                            ctx, m, run, expected, data("input"), data("input_h"),
+                            data("input_c"), WeightsOf<T>(ctx), data("output_backprop"),
+                            data("output_h_backprop"), data("output_c_backprop"),
                             reinterpret_cast<const uint8_t*>(reserve.flat<T>().data()), grad(0),
-                            grad(1), grad(2), grads, s, n);
-                      }));
+                            grad(1), grad(2), grads));
   }
 
  private:
   LayerNormLstmAttrs attrs_;
 };
 
-#define TF_LSTM_OPS_REGISTER(T)                                                              \
-  REGISTER_KERNEL_BUILDER(                                                                   \
-      Name("TfLstm>LayerNormLSTM").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"),    \
-      LayerNormLstmOp<T>);                                                                   \
-  REGISTER_KERNEL_BUILDER(                                                                   \
-      Name("TfLstm>LayerNormLSTMGrad").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
-      LayerNormLstmGradOp<T>);
-TF_LSTM_OPS_REGISTER(Eigen::half)
-TF_LSTM_OPS_REGISTER(Eigen::bfloat16)
-TF_LSTM_OPS_REGISTER(float)
-TF_LSTM_OPS_REGISTER(double)
+// One registration per device; HOST(arg) marks what the GPU kernels keep in host memory.
+#define TF_LSTM_OPS_REGISTER(DEVICE, DEVICE_TYPE, HOST, T)                                      \
+  REGISTER_KERNEL_BUILDER(Name("TfLstm>LayerNormLSTM")                                         \
+                              .Device(DEVICE_TYPE)                                             \
+                              .TypeConstraint<T>("T") HOST("sequence_lengths"),                \
+                          LayerNormLstmOp<DEVICE, T>);                                         \
+  REGISTER_KERNEL_BUILDER(Name("TfLstm>LayerNormLSTMGrad")                                     \
+                              .Device(DEVICE_TYPE)                                             \
+                              .TypeConstraint<T>("T") HOST("sequence_lengths"),                \
+                          LayerNormLstmGradOp<DEVICE, T>);
+#define TF_LSTM_CPU_MEMORY(arg)
+#define TF_LSTM_HOST_MEMORY(arg) .HostMemory(arg)
+#define TF_LSTM_OPS_REGISTER_CPU(T) \
+  TF_LSTM_OPS_REGISTER(CPUDevice, tensorflow::DEVICE_CPU, TF_LSTM_CPU_MEMORY, T)
+TF_LSTM_OPS_FOR_EACH_TYPE(TF_LSTM_OPS_REGISTER_CPU)
+#undef TF_LSTM_OPS_REGISTER_CPU
+
+#ifdef TF_LSTM_OPS_WITH_CUDA
+#define TF_LSTM_OPS_REGISTER_GPU(T) \
+  TF_LSTM_OPS_REGISTER(GpuDevice, tensorflow::DEVICE_GPU, TF_LSTM_HOST_MEMORY, T)
+TF_LSTM_OPS_FOR_EACH_TYPE(TF_LSTM_OPS_REGISTER_GPU)
+#undef TF_LSTM_OPS_REGISTER_GPU
+#endif  // TF_LSTM_OPS_WITH_CUDA
+
+#undef TF_LSTM_HOST_MEMORY
+#undef TF_LSTM_CPU_MEMORY
 #undef TF_LSTM_OPS_REGISTER
 
 }  // namespace
