@@ -35,17 +35,31 @@ TF_LSTM_HOST_DEVICE inline A LayerNormGrad(A dxhat, A xhat, A r, A m1, A m2) {
   return r * ((dxhat - m1) - xhat * m2);
 }
 
+// Σ term(j) for j < n in double, as 8 interleaved sums (lane l adds the terms j ≡ l mod 8, in
+// order) then added: each lane is a double sum, and the independent lanes vectorise.
+template <typename Term>
+inline double RowSum(int64_t n, Term term) {
+  constexpr int kLanes = 8;
+  double lanes[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (int l = 0; l < kLanes; ++l) lanes[l] += term(j + l);
+  }
+  double sum = 0;
+  for (int l = 0; l < kLanes; ++l) sum += lanes[l];
+  for (; j < n; ++j) sum += term(j);
+  return sum;
+}
+
 // xhat[j] = (v[j] − μ)·r for j < n (xhat may be v); returns r. n > 0.
 template <typename A>
 inline A NormalizeRow(const A* v, int64_t n, double epsilon, A* xhat) {
-  double sum = 0;
-  for (int64_t j = 0; j < n; ++j) sum += v[j];
-  const double mean = sum / static_cast<double>(n);
-  double squares = 0;
-  for (int64_t j = 0; j < n; ++j) {
+  const double mean = RowSum(n, [v](int64_t j) { return static_cast<double>(v[j]); }) /
+                      static_cast<double>(n);
+  const double squares = RowSum(n, [v, mean](int64_t j) {
     const double dev = v[j] - mean;
-    squares += dev * dev;
-  }
+    return dev * dev;
+  });
   const A r = LayerNormRstd<A>(squares, n, epsilon);
   const A mu = static_cast<A>(mean);
   for (int64_t j = 0; j < n; ++j) xhat[j] = LayerNormXhat(v[j], mu, r);
@@ -58,11 +72,10 @@ inline A NormalizeRow(const A* v, int64_t n, double epsilon, A* xhat) {
 template <typename A>
 inline void NormalizeRowBackward(const A* dxhat, const A* xhat, A r, int64_t n, bool accumulate,
                                  A* dv) {
-  double s1 = 0, s2 = 0;
-  for (int64_t j = 0; j < n; ++j) {
-    s1 += dxhat[j];
-    s2 += static_cast<double>(dxhat[j]) * xhat[j];
-  }
+  const double s1 = RowSum(n, [dxhat](int64_t j) { return static_cast<double>(dxhat[j]); });
+  const double s2 = RowSum(n, [dxhat, xhat](int64_t j) {
+    return static_cast<double>(dxhat[j]) * xhat[j];
+  });
   const A m1 = static_cast<A>(s1 / static_cast<double>(n));
   const A m2 = static_cast<A>(s2 / static_cast<double>(n));
   for (int64_t j = 0; j < n; ++j) {

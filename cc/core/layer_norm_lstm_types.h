@@ -142,11 +142,17 @@ inline RnnReserveHeader LayerNormLstmHeader(const LayerNormLstmModel& m,
 // A row's gates are [i, f, g, o], each H wide; every engine calls these, so that the CPU and GPU
 // engines differ only in how they sum a row (cc/core/layer_norm.h).
 
-// Element k of a row's gate activations from its pre-activation z: tanh for the candidate g
-// ([2H, 3H)), σ for i, f and o.
+// A gate's activation from its pre-activation z: tanh for the candidate g, σ for i, f and o
+// (kCandidate a constant: a CPU loop over one gate's block vectorises).
+template <bool kCandidate, typename A, typename Math>
+TF_LSTM_HOST_DEVICE inline A LayerNormLstmGateOf(A z) {
+  return kCandidate ? Math::Tanh(z) : Math::Sigmoid(z);
+}
+// Element k of a row's gate activations: the candidate's block is [2H, 3H).
 template <typename A, typename Math>
 TF_LSTM_HOST_DEVICE inline A LayerNormLstmGate(int64_t k, int64_t H, A z) {
-  return k >= 2 * H && k < 3 * H ? Math::Tanh(z) : Math::Sigmoid(z);
+  return k >= 2 * H && k < 3 * H ? LayerNormLstmGateOf<true, A, Math>(z)
+                                 : LayerNormLstmGateOf<false, A, Math>(z);
 }
 
 // c' = f ⊙ c_{t-1} + i ⊙ g at unit j.

@@ -121,10 +121,13 @@ void ForwardRows(const Loop<A>& L, int64_t b0, int64_t b1, const A* zx, A* y) {
       A* h_new = c_new + 2 * H;
       const A r_h = NormalizeRow(ah + (b - b0) * G, G, eps, xhat_h);
       const A* zx_row = zx + tb * G;
-      for (int64_t k = 0; k < G; ++k) {
-        const A z = zx_row[k] + (xhat_h[k] * w.gamma_h[k] + w.beta_h[k]);
-        gates[k] = LayerNormLstmGate<A, Math>(k, H, z);
+      for (int64_t k = 0; k < G; ++k) gates[k] = zx_row[k] + (xhat_h[k] * w.gamma_h[k] + w.beta_h[k]);
+      // one loop per activation (i and f, g, o), so that each vectorises
+      for (int64_t k = 0; k < 2 * H; ++k) gates[k] = LayerNormLstmGateOf<false, A, Math>(gates[k]);
+      for (int64_t k = 2 * H; k < 3 * H; ++k) {
+        gates[k] = LayerNormLstmGateOf<true, A, Math>(gates[k]);
       }
+      for (int64_t k = 3 * H; k < G; ++k) gates[k] = LayerNormLstmGateOf<false, A, Math>(gates[k]);
       for (int64_t j = 0; j < H; ++j) c_new[j] = LayerNormLstmCell(gates, H, j, c_prev[j]);
       const A r_c = NormalizeRow(c_new, H, eps, xhat_c);
       for (int64_t j = 0; j < H; ++j) {
