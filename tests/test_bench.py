@@ -167,7 +167,7 @@ def test_hvp_contenders_run_only_when_asked_for():
 
 
 def test_configs_mode_runs_the_configurations_beside_our_layer(tmp_path):
-    from tf_lstm_ops.bench.contenders import CONFIG_CONTENDERS
+    from tf_lstm_ops.bench.contenders import CONFIG_CONTENDERS, contenders_for
 
     args = bench.parse_args(["--configs"])
     assert args.contenders == list(CONFIG_CONTENDERS) and args.baseline == "ours_keras"
@@ -175,9 +175,24 @@ def test_configs_mode_runs_the_configurations_beside_our_layer(tmp_path):
         return
     report = _quick_report(tmp_path, ["--configs", "--family", "lstm"])[0]
     rows = {(r["contender"], r["phase"]) for r in report["results"] if r.get("median_ms")}
-    for key in CONFIG_CONTENDERS:
-        if "reset_before" not in key:  # GRU only
-            assert (key, "fwd+bwd") in rows, key
+    lstm_keys = {c.key for c in contenders_for("lstm", CONFIG_CONTENDERS)}
+    assert "ours_keras_zoneout" in lstm_keys and "ours_keras_reset_before" not in lstm_keys
+    for key in lstm_keys:  # (GRU's reset_before and zoneout rows run with --family gru)
+        assert (key, "fwd+bwd") in rows, key
+
+
+def test_layernorm_mode_runs_ours_and_the_keras_cell(tmp_path):
+    from tf_lstm_ops.bench.contenders import LAYER_NORM_CONTENDERS
+
+    args = bench.parse_args(["--layernorm"])
+    assert args.contenders == list(LAYER_NORM_CONTENDERS) and args.families == ["lstm"]
+    assert args.baseline == "ours_layernorm"
+    if not HAVE_OURS_KERAS:
+        return
+    report = _quick_report(tmp_path, ["--layernorm"])[0]
+    rows = {(r["contender"], r["phase"]) for r in report["results"] if r.get("median_ms")}
+    for key in LAYER_NORM_CONTENDERS:
+        assert (key, "fwd") in rows and (key, "fwd+bwd") in rows, key
 
 
 def test_inference_contenders_run_only_when_asked_for():
