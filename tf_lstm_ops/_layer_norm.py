@@ -72,6 +72,23 @@ class LayerNormCell:
         }
 
 
+class LayerNormLayer:
+    """What both Keras versions' LayerNormLSTM layers (RNN subclasses) share: a config that is
+    the RNN's with the cell's arguments inlined, as Keras' LSTM's."""
+
+    def get_config(self):
+        cell_config = self.cell.get_config()
+        for key in ("name", "trainable", "dtype", "implementation"):
+            cell_config.pop(key, None)
+        base_config = super().get_config()
+        del base_config["cell"]
+        return {**base_config, **cell_config}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+
 def run_cell_op(cell, read, x, h0, c0, seq_lengths, recurrent_mask, zoneout, training):
     """The fused op on a LayerNorm LSTM cell's weights (read(variable, dtype) reads one; the
     norms are the cell's kernel_norm, recurrent_norm and state_norm sublayers) over x [B, T, I]

@@ -42,7 +42,7 @@ from tf_lstm_ops._fused_rnn import (
     operand_masks,
     step_mask,
 )
-from tf_lstm_ops._layer_norm import LayerNormCell, run_cell_op
+from tf_lstm_ops._layer_norm import LayerNormCell, LayerNormLayer, run_cell_op
 
 _register = tf_keras.saving.register_keras_serializable(package="tf_lstm_ops")
 # The tf_keras functions of each activation the kernel fuses, by the op's name for it
@@ -354,7 +354,7 @@ class LayerNormLSTMCell(LayerNormCell, ZoneoutLayer, tf_keras.layers.LSTMCell):
 
 
 @_register
-class LayerNormLSTM(_FusedCall, tf_keras.layers.RNN):
+class LayerNormLSTM(LayerNormLayer, _FusedCall, tf_keras.layers.RNN):
     """The LayerNorm LSTM as a tf_keras layer: ``LayerNormLSTMCell``'s arguments and the RNN
     layer's, the whole sequence one fused op (masks, ``go_backwards``, ``stateful``,
     ``time_major``, ragged inputs as the other layers of this module); ``unroll=True`` and the
@@ -400,18 +400,6 @@ class LayerNormLSTM(_FusedCall, tf_keras.layers.RNN):
 
         return masked_rnn_loop(x, mask, self.go_backwards, self.return_sequences,
                                self.zero_output_for_mask, run, zoneout)
-
-    def get_config(self):
-        cell_config = self.cell.get_config()
-        for key in ("name", "trainable", "dtype", "implementation"):
-            cell_config.pop(key, None)
-        base_config = super().get_config()
-        del base_config["cell"]
-        return {**base_config, **cell_config}
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
 
 
 def _read_variable(variable, dtype):

@@ -23,7 +23,7 @@ from tf_lstm_ops._fused_rnn import (
     step_mask,
     warn_fallback,
 )
-from tf_lstm_ops._layer_norm import LayerNormCell, haste_weights, run_cell_op
+from tf_lstm_ops._layer_norm import LayerNormCell, LayerNormLayer, haste_weights, run_cell_op
 from tf_lstm_ops.keras._common import _Keras3Only, _as_input, _check_backend, _read, _register
 from tf_lstm_ops.keras.drop_in import keras_uniform
 
@@ -103,7 +103,7 @@ class LayerNormLSTMCell(LayerNormCell, ZoneoutLayer, _Keras3Only, keras.layers.L
 
 
 @_register
-class LayerNormLSTM(_Keras3Only, keras.layers.RNN):
+class LayerNormLSTM(LayerNormLayer, _Keras3Only, keras.layers.RNN):
     """The LayerNorm LSTM as a layer: one fused op for the whole sequence (forward and backward).
 
     Takes ``keras.layers.LSTM``'s arguments (activations fixed to tanh and sigmoid;
@@ -168,18 +168,6 @@ class LayerNormLSTM(_Keras3Only, keras.layers.RNN):
 
         return masked_rnn_loop(x, mask, self.go_backwards, self.return_sequences,
                                self.zero_output_for_mask, run, zoneout)
-
-    def get_config(self):
-        cell_config = self.cell.get_config()
-        for key in ("name", "trainable", "dtype", "implementation"):
-            cell_config.pop(key, None)
-        base_config = super().get_config()
-        del base_config["cell"]
-        return {**base_config, **cell_config}
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
 
 
 __all__ = ["LayerNormLSTM", "LayerNormLSTMCell", "haste_weights"]
