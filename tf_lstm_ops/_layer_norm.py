@@ -59,6 +59,43 @@ class LayerNormCell:
         self.recurrent_norm = norm_layer("recurrent_norm", self.norm_center)
         self.state_norm = norm_layer("state_norm", True)
 
+    # Per Keras version: a weight read in a dtype, a step's input as a tensor, a call's
+    # `training` as zoneout reads it, the cell's uniform draws.
+    def _read_weight(self, variable, dtype):
+        raise NotImplementedError
+
+    def _step_input(self, inputs):
+        raise NotImplementedError
+
+    def _zoneout_training(self, training):
+        raise NotImplementedError
+
+    def _uniform(self, shape):
+        raise NotImplementedError
+
+    def zoneout_weights(self, x, training):
+        """The op's zoneout weights for x [B, T, I] (ZoneoutLayer._zoneout_weights)."""
+        return self._zoneout_weights(x, self._zoneout_training(training), self._uniform)
+
+    def run(self, x, h0, c0, seq_lengths, recurrent_mask, zoneout, training):
+        """The fused op over x [B, T, I] from (h0, c0): (outputs, [h, c])."""
+        return run_cell_op(self, self._read_weight, x, h0, c0, seq_lengths, recurrent_mask,
+                           zoneout, training)
+
+    def call(self, inputs, states, training=None):
+        h0, c0 = states
+        x = self._step_input(inputs)
+        input_mask, recurrent_mask = self.dropout_masks(x, h0, training)
+        if input_mask is not None:
+            x = x * input_mask
+        x = tf.expand_dims(x, 1)  # a sequence of one step
+        _, (h, c) = self.run(x, h0, c0, tf.ones([tf.shape(x)[0]], tf.int32), recurrent_mask,
+                             self.zoneout_weights(x, training), training)
+        return h, [h, c]
+
+    def get_config(self):
+        return {**super().get_config(), **self._norm_config(), **self._zoneout_config()}
+
     def _norm_config(self):
         keras = self._keras
         return {

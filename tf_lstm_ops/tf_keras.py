@@ -42,7 +42,7 @@ from tf_lstm_ops._fused_rnn import (
     operand_masks,
     step_mask,
 )
-from tf_lstm_ops._layer_norm import LayerNormCell, LayerNormLayer, run_cell_op
+from tf_lstm_ops._layer_norm import LayerNormCell, LayerNormLayer
 
 _register = tf_keras.saving.register_keras_serializable(package="tf_lstm_ops")
 # The tf_keras functions of each activation the kernel fuses, by the op's name for it
@@ -331,26 +331,17 @@ class LayerNormLSTMCell(LayerNormCell, ZoneoutLayer, tf_keras.layers.LSTMCell):
             masks[1] = self.get_recurrent_dropout_mask_for_cell(h0, training, count=4)[0]
         return masks
 
-    def run(self, x, h0, c0, seq_lengths, recurrent_mask, zoneout, training):
-        """The fused op over x [B, T, I] from (h0, c0): (outputs, [h, c])."""
-        return run_cell_op(self, _read_variable, x, h0, c0, seq_lengths, recurrent_mask,
-                           zoneout, training)
+    def _read_weight(self, variable, dtype):
+        return _read_variable(variable, dtype)
 
-    def call(self, inputs, states, training=None):
-        h0, c0 = states
-        x = tf.convert_to_tensor(inputs)
-        input_mask, recurrent_mask = self.dropout_masks(x, h0, training)
-        if input_mask is not None:
-            x = x * input_mask
-        x = tf.expand_dims(x, 1)  # a sequence of one step
-        zoneout = self._zoneout_weights(x, _training_or_phase(training),
-                                        self._random_generator.random_uniform)
-        _, (h, c) = self.run(x, h0, c0, tf.ones([tf.shape(x)[0]], tf.int32), recurrent_mask,
-                             zoneout, training)
-        return h, [h, c]
+    def _step_input(self, inputs):
+        return tf.convert_to_tensor(inputs)
 
-    def get_config(self):
-        return {**super().get_config(), **self._norm_config(), **self._zoneout_config()}
+    def _zoneout_training(self, training):
+        return _training_or_phase(training)
+
+    def _uniform(self, shape):
+        return self._random_generator.random_uniform(shape)
 
 
 @_register
@@ -391,8 +382,7 @@ class LayerNormLSTM(LayerNormLayer, _FusedCall, tf_keras.layers.RNN):
 
     def _loop(self, x, mask, states, training, recurrent_mask):
         cell = self.cell
-        zoneout = cell._zoneout_weights(x, _training_or_phase(training),
-                                        cell._random_generator.random_uniform)
+        zoneout = cell.zoneout_weights(x, training)
 
         def run(x, seq_lengths, zoneout):
             return cell.run(x, states[0], states[1], seq_lengths, recurrent_mask, zoneout,

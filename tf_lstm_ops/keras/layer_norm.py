@@ -23,7 +23,7 @@ from tf_lstm_ops._fused_rnn import (
     step_mask,
     warn_fallback,
 )
-from tf_lstm_ops._layer_norm import LayerNormCell, LayerNormLayer, haste_weights, run_cell_op
+from tf_lstm_ops._layer_norm import LayerNormCell, LayerNormLayer, haste_weights
 from tf_lstm_ops.keras._common import _Keras3Only, _as_input, _check_backend, _read, _register
 from tf_lstm_ops.keras.drop_in import keras_uniform
 
@@ -81,25 +81,17 @@ class LayerNormLSTMCell(LayerNormCell, ZoneoutLayer, _Keras3Only, keras.layers.L
             masks[1] = tf.cast(first(self.get_recurrent_dropout_mask(h0)), x_step.dtype)
         return masks
 
-    def run(self, x, h0, c0, seq_lengths, recurrent_mask, zoneout, training):
-        """The fused op over x [B, T, I] from (h0, c0): (outputs, [h, c])."""
-        return run_cell_op(self, _read, x, h0, c0, seq_lengths, recurrent_mask, zoneout,
-                           training)
+    def _read_weight(self, variable, dtype):
+        return _read(variable, dtype)
 
-    def call(self, inputs, states, training=False):
-        h0, c0 = states
-        x = _as_input(inputs, self)
-        input_mask, recurrent_mask = self.dropout_masks(x, h0, training)
-        if input_mask is not None:
-            x = x * input_mask
-        x = tf.expand_dims(x, 1)  # a sequence of one step
-        zoneout = self._zoneout_weights(x, bool(training), keras_uniform(self))
-        _, (h, c) = self.run(x, h0, c0, tf.ones([tf.shape(x)[0]], tf.int32), recurrent_mask,
-                             zoneout, training)
-        return h, [h, c]
+    def _step_input(self, inputs):
+        return _as_input(inputs, self)
 
-    def get_config(self):
-        return {**super().get_config(), **self._norm_config(), **self._zoneout_config()}
+    def _zoneout_training(self, training):
+        return bool(training)
+
+    def _uniform(self, shape):
+        return keras_uniform(self)(shape)
 
 
 @_register
@@ -161,7 +153,7 @@ class LayerNormLSTM(LayerNormLayer, _Keras3Only, keras.layers.RNN):
         input_mask, recurrent_mask = cell.dropout_masks(x[:, 0, :], initial_state[0], training)
         if input_mask is not None:  # (the same mask at every step, as the cell's)
             x = x * tf.expand_dims(input_mask, 1)
-        zoneout = cell._zoneout_weights(x, bool(training), keras_uniform(cell))
+        zoneout = cell.zoneout_weights(x, training)
 
         def run(x, seq_lengths, zoneout):
             return cell.run(x, h0, c0, seq_lengths, recurrent_mask, zoneout, training)
