@@ -11,12 +11,14 @@
 namespace tf_lstm_ops {
 
 // How σ and tanh are evaluated. ExactMath calls libm: the reference precision, for double.
-// FastMath is for float compute (float, half and bfloat16 storage): the rational tanh
-// approximation TensorFlow's own CPU kernels use through Eigen (|error| <= 3.3e-7) and
-// σ(x) = (1 + tanh(x/2)) / 2 (|error| <= 2.3e-7); both are branch-free, so the element-wise loops
+// FastMath is for float compute (float, half and bfloat16 storage): tanh is the [9/8] minimax
+// rational function the Eigen of TensorFlow 2.21's CPU kernels evaluates (a fit over [-8.67,
+// 8.67] by rminimax; |error| <= 3.4e-7, a couple of ulps), clamped where it reaches ±1, so a
+// float tanh here equals TensorFlow's bit for bit where neither contracts to FMAs; σ(x) =
+// (1 + tanh(x/2)) / 2 (|error| <= 2.3e-7). Both are branch-free, so the element-wise loops
 // vectorise (libm's scalar calls made bfloat16 twice as slow as float). For half and bfloat16
 // the error is far below a rounding step (>= 4.9e-4 relative), so each output is still the
-// correctly rounded value except within 3.3e-7 of a rounding midpoint. NaN propagates.
+// correctly rounded value except within 3.4e-7 of a rounding midpoint. NaN propagates.
 struct ExactMath {
   template <typename Acc>
   TF_LSTM_HOST_DEVICE static Acc Tanh(Acc x) {
@@ -30,20 +32,20 @@ struct ExactMath {
 
 struct FastMath {
   TF_LSTM_HOST_DEVICE static float Tanh(float x) {
-    x = x < -9.f ? -9.f : (x > 9.f ? 9.f : x);  // tanh is +-1 in float beyond
+    // (the smallest |x| at which the fraction is exactly ±1 when evaluated without FMAs)
+    constexpr float kClamp = 7.90738964080810547f;
+    x = x < -kClamp ? -kClamp : (x > kClamp ? kClamp : x);
     const float x2 = x * x;
-    float p = -2.76076847742355e-16f;
-    p = p * x2 + 2.00018790482477e-13f;
-    p = p * x2 - 8.60467152213735e-11f;
-    p = p * x2 + 5.12229709037114e-08f;
-    p = p * x2 + 1.48572235717979e-05f;
-    p = p * x2 + 6.37261928875436e-04f;
-    p = p * x2 + 4.89352455891786e-03f;
-    float q = 1.19825839466702e-06f;
-    q = q * x2 + 1.18534705686654e-04f;
-    q = q * x2 + 2.26843463243900e-03f;
-    q = q * x2 + 4.89352518554385e-03f;
-    return (p * x) / q;
+    float p = 1.394553628e-8f;  // odd numerator: x + x³·p(x²)
+    p = p * x2 + 2.102733560e-5f;
+    p = p * x2 + 3.520756727e-3f;
+    p = p * x2 + 1.340216100e-1f;
+    float q = 8.015776984e-7f;  // even denominator
+    q = q * x2 + 3.326951409e-4f;
+    q = q * x2 + 2.597254514e-2f;
+    q = q * x2 + 4.673548340e-1f;
+    q = q * x2 + 1.0f;
+    return (x2 * x * p + x) / q;
   }
   TF_LSTM_HOST_DEVICE static float Sigmoid(float x) { return 0.5f + 0.5f * Tanh(0.5f * x); }
 };
