@@ -17,6 +17,7 @@
 #include "cc/core/precision.h"
 #include "cc/cpu/linalg.h"
 #include "cc/cpu/rnn_inputs.h"
+#include "cc/cpu/rows.h"
 
 namespace tf_lstm_ops {
 namespace cpu {
@@ -33,15 +34,6 @@ LayerNormLstmWeights<A> ConvertWeights(const CPUDevice& d, Scratch& scratch,
           AsAcc<A>(d, scratch, w.beta_x, G),      AsAcc<A>(d, scratch, w.gamma_h, G),
           AsAcc<A>(d, scratch, w.beta_h, G),      AsAcc<A>(d, scratch, w.gamma_c, H),
           AsAcc<A>(d, scratch, w.beta_c, H)};
-}
-
-// This thread's row buffer number kWhich of at least n elements (the pool's threads live across
-// calls).
-template <typename A, int kWhich>
-A* ThreadRows(int64_t n) {
-  thread_local std::vector<A> buffer;
-  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(n);
-  return buffer.data();
 }
 
 // What a time loop reads and writes, resolved once.
@@ -90,9 +82,9 @@ void ForwardRows(const Loop<A>& L, int64_t b0, int64_t b1, const A* zx, A* y) {
   const bool training = L.run.training;
   const double eps = m.epsilon;
   const LayerNormLstmWeights<A>& w = L.w;
-  A* operand_buf = ThreadRows<A, 0>(rows * H);
-  A* ah = ThreadRows<A, 1>(rows * G);
-  A* row = ThreadRows<A, 2>(2 * G + 3 * H);  // per row: x̂_h, gates, c', x̂_c, h̃
+  A* operand_buf = RowScratch<A, 0>(rows * H);
+  A* ah = RowScratch<A, 1>(rows * G);
+  A* row = RowScratch<A, 2>(2 * G + 3 * H);  // per row: x̂_h, gates, c', x̂_c, h̃
   for (int64_t t = 0; t < T; ++t) {
     gemm::PackedBlock(rows, G, H, L.operand(t, b0, b1, operand_buf), H, L.packed, false, ah, G);
     for (int64_t b = b0; b < b1; ++b) {
@@ -222,9 +214,9 @@ void BackwardRows(const Loop<A>& L, int64_t b0, int64_t b1, const A* dy, A* dz_a
   const int64_t rows = b1 - b0;
   const LayerNormLstmWeights<A>& w = L.w;
   const bool addons = m.preset == LayerNormPreset::kAddons;
-  A* carried = ThreadRows<A, 0>(rows * H);  // dah·Rᵀ of the block
-  A* direct = ThreadRows<A, 1>(rows * H);   // zoneout's (1 - w)·dL/dh_t
-  A* row = ThreadRows<A, 2>(G + 2 * H);     // per row: d(x̂) of a norm, dc', dL/dh_t
+  A* carried = RowScratch<A, 0>(rows * H);  // dah·Rᵀ of the block
+  A* direct = RowScratch<A, 1>(rows * H);   // zoneout's (1 - w)·dL/dh_t
+  A* row = RowScratch<A, 2>(G + 2 * H);     // per row: d(x̂) of a norm, dc', dL/dh_t
   for (int64_t t = T - 1; t >= 0; --t) {
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t tb = t * B + b;
