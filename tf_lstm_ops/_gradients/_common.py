@@ -49,3 +49,26 @@ def has_kernel_where(op_name, op):
     """Whether our op `op_name` has a kernel on the device type `op` runs on: the fused
     second-order op (docs/block_lstm.md §7.2) has CPU kernels, and GPU ones in a CUDA build."""
     return _has_kernel(op_name, device_type(op))
+
+
+def double_backprop(op, grads, forward, attrs, n, n_constants, cotangents):
+    """The gradient of a fused Grad op whose inputs are the forward's n differentiable inputs θ,
+    its n_constants constants, the `cotangents` output cotangents v and a reserve space, from
+    `forward` (the forward op written with TensorFlow ops, called with θ, the constants and
+    attrs). The Grad op computes g = J(θ)ᵀ v: for a cotangent u of g, the gradient w.r.t. v is
+    J(θ) u and w.r.t. θ ∂/∂θ ⟨J(θ)ᵀ v, u⟩, both from one double backpropagation."""
+    theta = list(op.inputs[:n])
+    constants = list(op.inputs[n:n + n_constants])
+    v = list(op.inputs[n + n_constants:n + n_constants + cotangents])
+    with tf.GradientTape() as outer:
+        outer.watch(theta + v)
+        with tf.GradientTape() as inner:
+            inner.watch(theta)
+            outputs = forward(*theta, *constants, **attrs)
+        vjp = inner.gradient(outputs, theta, output_gradients=v,
+                             unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        terms = [tf.reduce_sum(g * u) for g, u in zip(vjp, grads) if u is not None]
+        inner_product = tf.add_n(terms) if terms else tf.zeros([], vjp[0].dtype)
+    second = outer.gradient(inner_product, theta + v,
+                            unconnected_gradients=tf.UnconnectedGradients.ZERO)
+    return second[:n] + [None] * n_constants + second[n:] + [None]  # (reserve_space)

@@ -12,7 +12,7 @@ and the zoneout weights are constants of every derivative: no gradient flows int
 
 import tensorflow as tf
 
-from tf_lstm_ops._gradients._common import in_compute_type, string_attr
+from tf_lstm_ops._gradients._common import double_backprop, in_compute_type, string_attr
 from tf_lstm_ops._loader import OP_NAMESPACE, library
 
 # The forward op's inputs in op-def order: the differentiable ones (the sequence, the states, the
@@ -110,23 +110,5 @@ def _layer_norm_lstm_grad(op, dy, dh, dc, _reserve):
 
 @tf.RegisterGradient(OP_NAMESPACE + "LayerNormLSTMGrad")
 def _layer_norm_lstm_grad_grad(op, *grads):
-    """The Grad op computes g = J(θ)ᵀ v for θ the differentiable inputs and v the cotangents:
-    for a cotangent u of g, the gradient w.r.t. v is J(θ) u and w.r.t. θ ∂/∂θ ⟨J(θ)ᵀ v, u⟩,
-    both from one double backpropagation through `forward`."""
-    n = len(DIFFERENTIABLE)
-    theta = list(op.inputs[:n])
-    constants = list(op.inputs[n:n + len(CONSTANTS)])
-    v = list(op.inputs[n + len(CONSTANTS):n + len(CONSTANTS) + 3])
-    attrs = _attrs(op)
-    with tf.GradientTape() as outer:
-        outer.watch(theta + v)
-        with tf.GradientTape() as inner:
-            inner.watch(theta)
-            outputs = forward(*theta, *constants, **attrs)
-        vjp = inner.gradient(outputs, theta, output_gradients=v,
-                             unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        terms = [tf.reduce_sum(g * u) for g, u in zip(vjp, grads) if u is not None]
-        inner_product = tf.add_n(terms) if terms else tf.zeros([], vjp[0].dtype)
-    second = outer.gradient(inner_product, theta + v,
-                            unconnected_gradients=tf.UnconnectedGradients.ZERO)
-    return second[:n] + [None] * len(CONSTANTS) + second[n:] + [None]  # (reserve_space)
+    return double_backprop(op, grads, forward, _attrs(op), len(DIFFERENTIABLE), len(CONSTANTS),
+                           cotangents=3)
