@@ -8,8 +8,9 @@
 //
 // The norms reduce over whole rows (all 4H gates of x·W and of h·R, all H units of c'), so where
 // the CPU engine gives each thread whole rows, this engine gives each row a thread block
-// (Backend::Blocks) and sums across its threads (BlockSums: two passes, in double, in a fixed
-// order, as NormalizeRow's contract asks):
+// (Backend::Blocks) and sums across its threads (cc/gpu/layer_norm_common.h, shared with the
+// LayerNorm GRU / SimpleRNN's engine: BlockSums, two passes, in double, in a fixed order, as
+// NormalizeRow's contract asks):
 //   forward   x·W for all T·B rows is one GEMM, then one kernel normalises every row (block per
 //             row); per step one GEMM h_{t-1}(⊙ mask)·R for all B rows and one kernel, a block per
 //             row, for the h·R norm, the gates, c', the c' norm, the output and zoneout;
@@ -34,6 +35,7 @@
 #include "cc/core/layer_norm_lstm_types.h"
 #include "cc/core/precision.h"
 #include "cc/gpu/common.h"
+#include "cc/gpu/layer_norm_common.h"
 #include "cc/gpu/reductions.h"
 #include "cc/gpu/rnn_inputs.h"
 #include "cc/layer_norm_lstm/gpu_launchers.h"
@@ -42,110 +44,11 @@ namespace tf_lstm_ops {
 namespace gpu {
 namespace ln_detail {
 
-// ---- a row's norm across a block (Backend::Blocks, one block per row) -------------------------
-// Thread `thread` of the block owns elements k = thread, thread + threads, ... of every row it
-// touches, in every part, so a value it writes in one part it may read in the next without a
-// barrier; what other threads wrote it reads only after a part boundary.
-
-// The statistics of a row v[0, n) as NormalizeRow computes them, over four parts in two slots of
-// `sums` (slot, slot + 1): its sum (parts 0-1), then its squared deviations from the mean (parts
-// 2-3). Mu and Rstd hold from the part after.
-template <typename A>
-struct RowStats {
-  static constexpr int kParts = 4;
-  BlockSums sums;
-  int slot;
-  int64_t n;
-  double epsilon;
-  TF_LSTM_HOST_DEVICE double Mean(void* shared) const {
-    return sums.Total(shared, slot) / static_cast<double>(n);
-  }
-  TF_LSTM_HOST_DEVICE A Mu(void* shared) const { return static_cast<A>(Mean(shared)); }
-  TF_LSTM_HOST_DEVICE A Rstd(void* shared) const {
-    return LayerNormRstd<A>(sums.Total(shared, slot + 1), n, epsilon);
-  }
-  TF_LSTM_HOST_DEVICE void Part(int part, const A* v, int thread, void* shared) const {
-    if (part % 2 == 1) {
-      sums.Fold(shared, slot + part / 2, thread);
-      return;
-    }
-    const double mean = part == 0 ? 0.0 : Mean(shared);
-    double sum = 0;
-    for (int64_t k = thread; k < n; k += sums.threads) {
-      if (part == 0) {
-        sum += v[k];
-      } else {
-        const double dev = v[k] - mean;
-        sum += dev * dev;
-      }
-    }
-    sums.Put(shared, slot + part / 2, thread, sum);
-  }
-};
-
-// The two means of a row's norm backward (NormalizeRowBackward) with dx̂ = d ⊙ γ: m1 of dx̂ and
-// m2 of dx̂ ⊙ x̂, over two parts in slots slot and slot + 1; Grad holds from the part after.
-template <typename A>
-struct RowGradSums {
-  static constexpr int kParts = 2;
-  BlockSums sums;
-  int slot;
-  int64_t n;
-  TF_LSTM_HOST_DEVICE void Part(int part, const A* d, const A* gamma, const A* xhat, int thread,
-                                void* shared) const {
-    if (part == 1) {
-      sums.Fold(shared, slot, thread);
-      sums.Fold(shared, slot + 1, thread);
-      return;
-    }
-    double s1 = 0, s2 = 0;
-    for (int64_t k = thread; k < n; k += sums.threads) {
-      const A dxhat = d[k] * gamma[k];
-      s1 += dxhat;
-      s2 += static_cast<double>(dxhat) * xhat[k];
-    }
-    sums.Put(shared, slot, thread, s1);
-    sums.Put(shared, slot + 1, thread, s2);
-  }
-  // dv[k] for k of this thread: r·((dx̂ − m1) − x̂·m2).
-  template <typename F>
-  TF_LSTM_HOST_DEVICE void ForEachGrad(const A* d, const A* gamma, const A* xhat, A r, int thread,
-                                       void* shared, const F& f) const {
-    const A m1 = static_cast<A>(sums.Total(shared, slot) / static_cast<double>(n));
-    const A m2 = static_cast<A>(sums.Total(shared, slot + 1) / static_cast<double>(n));
-    for (int64_t k = thread; k < n; k += sums.threads) {
-      f(k, LayerNormGrad(d[k] * gamma[k], xhat[k], r, m1, m2));
-    }
-  }
-};
+using ln_common::Carry;
+using ln_common::RowGradSums;
+using ln_common::RowStats;
 
 // ---- forward -----------------------------------------------------------------------------------
-
-// The input side of every row r = t·B + b, in place: zx = LN(x·W)·γx + βx + b (docs/
-// layer_norm_lstm.md §1), keeping x̂ and r when training.
-template <typename A>
-struct InputNormFn {
-  static constexpr int kParts = RowStats<A>::kParts + 1;
-  RowStats<A> stats;  // n = G
-  A* zx;              // [T·B, G]
-  A *xhat, *rstd;     // the workspace's x̂_x [T·B, G] and r [T·B][3], or null (inference)
-  const A *gamma, *beta, *bias;
-  TF_LSTM_HOST_DEVICE void operator()(int64_t r, int thread, int part, void* shared) const {
-    const int64_t G = stats.n;
-    A* row = zx + r * G;
-    if (part < RowStats<A>::kParts) {
-      stats.Part(part, row, thread, shared);
-      return;
-    }
-    const A mu = stats.Mu(shared), rs = stats.Rstd(shared);
-    for (int64_t k = thread; k < G; k += stats.sums.threads) {
-      const A x = LayerNormXhat(row[k], mu, rs);
-      if (xhat != nullptr) xhat[r * G + k] = x;
-      row[k] = (x * gamma[k] + beta[k]) + bias[k];
-    }
-    if (thread == 0 && rstd != nullptr) rstd[r * 3] = rs;
-  }
-};
 
 // One step t of the recurrence, row b per block: the h·R norm (parts 0-3 for its statistics, 4
 // for the gates), c' and its norm (5-8), then h and c with zoneout (9). Rows past their length
@@ -239,35 +142,7 @@ struct StepFn {
   }
 };
 
-// out [steps·B, H] (i < n): h_{t-1} of every (t, b), times the mask when given: the recurrent
-// GEMMs' operand (the forward's first, all of dR's).
-template <typename A>
-struct MaskedPrevStateFn {
-  const A *h0, *h;  // h0 [B, H]; the workspace's states [T·B, H]
-  const A* mask;    // [B, H] or null
-  A* out;
-  int64_t bh;  // B·H
-  TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
-    const int64_t t = i / bh, k = i - t * bh;
-    const A v = t == 0 ? h0[k] : h[(t - 1) * bh + k];
-    out[i] = mask == nullptr ? v : MaskedOperand(v, mask[k]);
-  }
-};
-
 // ---- backward ----------------------------------------------------------------------------------
-
-// dL/dh_{t-1} of the rows that ran step t from that step's GEMM d(h·R)·Rᵀ (`carry`): through the
-// mask, plus zoneout's direct term.
-template <typename A>
-struct Carry {
-  const A* carry;   // [B, H]
-  const A* direct;  // [B, H] with zoneout of h, else null
-  const A* mask;    // [B, H] or null
-  TF_LSTM_HOST_DEVICE A At(int64_t i) const {
-    const A through_r = mask == nullptr ? carry[i] : MaskedOperand(carry[i], mask[i]);
-    return through_r + (direct == nullptr ? A(0) : direct[i]);
-  }
-};
 
 // One step t in reverse, row b per block: first dh brought up to date from step t + 1's GEMM;
 // then through h̃ and the c' norm (parts 0-2; dc carried in place), then the h·R norm (3-5).
@@ -343,42 +218,6 @@ struct BackStepFn {
   }
 };
 
-// dL/dh_0 after the loop: the rows that ran step 0 take its GEMM (Carry), the others keep theirs.
-template <typename A, typename T>
-struct FirstStateGradFn {
-  Carry<A> carry;
-  const A* dh;
-  T* out;
-  const int32_t* len;
-  int64_t H;
-  TF_LSTM_HOST_DEVICE void operator()(int64_t i) const {
-    out[i] = Cast<T>(len[i / H] > 0 ? carry.At(i) : dh[i]);
-  }
-};
-
-// The input side's norm backward, row r = t·B + b per block, in place: dz (dL/dz, z's x side)
-// becomes dL/d(x·W). Rows past their length hold zeros already.
-template <typename A>
-struct InputNormBackFn {
-  static constexpr int kParts = RowGradSums<A>::kParts + 1;
-  RowGradSums<A> sums;  // n = G
-  A* dz;                // [T·B, G]
-  const A *xhat, *rstd, *gamma;
-  const int32_t* len;
-  int64_t batch;
-  TF_LSTM_HOST_DEVICE void operator()(int64_t r, int thread, int part, void* shared) const {
-    if (r / batch >= len[r % batch]) return;
-    const int64_t G = sums.n;
-    A* row = dz + r * G;
-    if (part < RowGradSums<A>::kParts) {
-      sums.Part(part, row, gamma, xhat + r * G, thread, shared);
-    } else {
-      sums.ForEachGrad(row, gamma, xhat + r * G, rstd[r * 3], thread, shared,
-                       [&](int64_t k, A g) { row[k] = g; });
-    }
-  }
-};
-
 }  // namespace ln_detail
 
 // The engine: its scratch (carved alike for the size query and the run), Forward, Backward.
@@ -397,69 +236,37 @@ struct LayerNormLstmEngine {
     const int64_t sizes[kWeights] = {I * G, H * G, G, G, G, G, G, H, H};
     for (int k = 0; k < kWeights; ++k) n[k] = sizes[k];
   }
-  struct WeightStaging {
-    A* w[kWeights];  // compute-type copies where T != A
-  };
-  static WeightStaging TakeWeights(ScratchCarver* s, const LayerNormLstmModel& m) {
-    int64_t n[kWeights];
-    WeightSizes(m, n);
-    WeightStaging staging;
-    for (int k = 0; k < kWeights; ++k) staging.w[k] = s->Take<A>(kSame ? 0 : n[k]);
-    return staging;
-  }
-  static cudaError_t ConvertWeights(const Backend& be, const LayerNormLstmModel& m,
-                                    const LayerNormLstmWeights<T>& w,
-                                    const WeightStaging& staging, LayerNormLstmWeights<A>* out) {
-    int64_t n[kWeights];
-    WeightSizes(m, n);
-    const T* src[kWeights] = {w.kernel,  w.recurrent_kernel, w.bias,    w.gamma_x, w.beta_x,
-                              w.gamma_h, w.beta_h,           w.gamma_c, w.beta_c};
-    const A* dst[kWeights];
-    for (int k = 0; k < kWeights; ++k) {
-      TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, src[k], n[k], staging.w[k], &dst[k]));
-    }
-    *out = {dst[0], dst[1], dst[2], dst[3], dst[4], dst[5], dst[6], dst[7], dst[8]};
-    return cudaSuccess;
-  }
-
-  // What every pass converts alike: the weights, x (time-major), h0, c0, the mask and zoneout.
-  struct InputStaging {
-    WeightStaging weights;
-    A *x, *h0, *c0, *mask;
-    ZoneoutStaging<A> zoneout;
-  };
+  // What every pass converts alike (ln_common::InputStaging): the weights, x, h0, c0, the mask
+  // and zoneout.
+  using InputStaging = ln_common::InputStaging<T, kWeights, 2>;
   static InputStaging TakeInputs(ScratchCarver* s, const LayerNormLstmModel& m,
                                  const LayerNormLstmRun& run) {
-    const int64_t B = run.batch, H = m.num_units, rows = run.time * B;
-    InputStaging in;
-    in.weights = TakeWeights(s, m);
-    in.x = s->Take<A>(kSame && run.time_major ? 0 : rows * m.input_size);
-    in.h0 = s->Take<A>(kSame ? 0 : B * H);
-    in.c0 = s->Take<A>(kSame ? 0 : B * H);
-    in.mask = s->Take<A>(kSame || run.recurrent_mask == nullptr ? 0 : B * H);
-    in.zoneout = TakeZoneout<T, A>(s, run, H);
-    return in;
+    int64_t n[kWeights];
+    WeightSizes(m, n);
+    return InputStaging::Take(s, run, n, m.input_size, m.num_units);
   }
   struct Inputs {
     LayerNormLstmWeights<A> w;
     const A *x, *h0, *c0, *mask;  // mask: null without one
     Zoneout<A> zoneout;
   };
-  static cudaError_t ConvertInputs(const Backend& be, const LayerNormLstmModel& m,
-                                   const LayerNormLstmRun& run, const InputStaging& staging,
-                                   const T* x, const T* h0, const T* c0,
-                                   const LayerNormLstmWeights<T>& w, Inputs* in) {
-    const int64_t B = run.batch, H = m.num_units;
-    TF_LSTM_GPU_RETURN_IF_ERROR(ConvertWeights(be, m, w, staging.weights, &in->w));
-    TF_LSTM_GPU_RETURN_IF_ERROR(ToTimeMajor(be, run, m.input_size, x, staging.x, &in->x));
-    TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, h0, B * H, staging.h0, &in->h0));
-    TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, c0, B * H, staging.c0, &in->c0));
-    in->mask = nullptr;
-    if (run.recurrent_mask != nullptr) {
-      TF_LSTM_GPU_RETURN_IF_ERROR(AsAcc(be, static_cast<const T*>(run.recurrent_mask), B * H,
-                                        staging.mask, &in->mask));
-    }
-    return ConvertZoneout<T>(be, run, H, staging.zoneout, &in->zoneout);
+  static cudaError_t ConvertInputs(const Backend& be, const LayerNormLstmRun& run,
+                                   const InputStaging& staging, const T* x, const T* h0,
+                                   const T* c0, const LayerNormLstmWeights<T>& w, Inputs* in) {
+    typename InputStaging::Inputs st;
+    TF_LSTM_GPU_RETURN_IF_ERROR(
+        staging.Convert(be, run,
+                        {w.kernel, w.recurrent_kernel, w.bias, w.gamma_x, w.beta_x, w.gamma_h,
+                         w.beta_h, w.gamma_c, w.beta_c},
+                        x, {h0, c0}, &st));
+    const A* const* v = st.weights;
+    *in = {{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]},
+           st.x,
+           st.states[0],
+           st.states[1],
+           st.mask,
+           st.zoneout};
+    return cudaSuccess;
   }
 
   struct ForwardBuffers {
@@ -520,20 +327,11 @@ struct LayerNormLstmEngine {
     return b;
   }
 
-  // The size queries: the carvings on no memory.
-  template <typename Buffers>
-  static size_t BytesOf(Buffers (*carve)(void*, const LayerNormLstmModel&,
-                                         const LayerNormLstmRun&, size_t*),
-                        const LayerNormLstmModel& m, const LayerNormLstmRun& run) {
-    size_t bytes;
-    carve(nullptr, m, run, &bytes);
-    return bytes;
-  }
   static size_t ForwardScratchBytes(const LayerNormLstmModel& m, const LayerNormLstmRun& run) {
-    return BytesOf(&CarveForward, m, run);
+    return ln_common::CarvedBytes(&CarveForward, m, run);
   }
   static size_t BackwardScratchBytes(const LayerNormLstmModel& m, const LayerNormLstmRun& run) {
-    return BytesOf(&CarveBackward, m, run);
+    return ln_common::CarvedBytes(&CarveBackward, m, run);
   }
 
   static bool RunsNothing(const LayerNormLstmModel& m, const LayerNormLstmRun& run) {
@@ -565,21 +363,22 @@ struct LayerNormLstmEngine {
     const LayerNormLstmLayout lay(m, run);
     A* ws = reinterpret_cast<A*>(workspace + sizeof(RnnReserveHeader));
     Inputs in;
-    TF_LSTM_GPU_RETURN_IF_ERROR(ConvertInputs(be, m, run, f.in, x, h0, c0, weights, &in));
+    TF_LSTM_GPU_RETURN_IF_ERROR(ConvertInputs(be, run, f.in, x, h0, c0, weights, &in));
     const LayerNormLstmWeights<A>& w = in.w;
     const double eps = m.epsilon;
 
     // The input side of every step: LN(x·W)·γx + βx + b.
+    using InputNormFn = ln_common::InputNormFn<A>;
     TF_LSTM_GPU_RETURN_IF_ERROR(
         Gemm(be, false, false, rows, G, m.input_size, in.x, w.kernel, false, f.zx));
     const BlockSums sums = RowSums(G);
     TF_LSTM_GPU_RETURN_IF_ERROR(be.Blocks(
-        rows, sums.threads, sums.SharedBytes(), InputNormFn<A>::kParts,
-        InputNormFn<A>{{sums, 0, G, eps}, f.zx, run.training ? ws + lay.xhat_x() : nullptr,
-                       run.training ? ws + lay.rstd() : nullptr, w.gamma_x, w.beta_x, w.bias}));
+        rows, sums.threads, sums.SharedBytes(), InputNormFn::kParts,
+        InputNormFn{{sums, 0, G, eps}, f.zx, run.training ? ws + lay.xhat_x() : nullptr,
+                    run.training ? ws + lay.rstd() : nullptr, 3, w.gamma_x, w.beta_x, w.bias}));
     if (in.mask != nullptr) {  // step 0's operand; each step writes the next one's
-      TF_LSTM_GPU_RETURN_IF_ERROR(
-          be.ForEach(B * H, MaskedPrevStateFn<A>{in.h0, nullptr, in.mask, f.operand, B * H}));
+      TF_LSTM_GPU_RETURN_IF_ERROR(be.ForEach(
+          B * H, ln_common::MaskedPrevStateFn<A>{in.h0, nullptr, in.mask, f.operand, B * H}));
     }
     for (int64_t t = 0; t < T_; ++t) {
       const A* h_prev = t == 0 ? in.h0 : ws + lay.h() + (t - 1) * B * H;
@@ -657,7 +456,7 @@ struct LayerNormLstmEngine {
       const LayerNormLstmLayout lay(m, run);
       const A* ws = reinterpret_cast<const A*>(reserve + sizeof(RnnReserveHeader));
       Inputs in;
-      TF_LSTM_GPU_RETURN_IF_ERROR(ConvertInputs(be, m, run, s.in, x, h0, c0, weights, &in));
+      TF_LSTM_GPU_RETURN_IF_ERROR(ConvertInputs(be, run, s.in, x, h0, c0, weights, &in));
       const LayerNormLstmWeights<A>& w = in.w;
       const A* dys;
       TF_LSTM_GPU_RETURN_IF_ERROR(ToTimeMajor(be, run, H, dy, s.dy, &dys));
@@ -698,14 +497,15 @@ struct LayerNormLstmEngine {
             Gemm(be, false, true, B, H, G, s.dah + tb * G, w.recurrent_kernel, false, s.carry));
       }
       TF_LSTM_GPU_RETURN_IF_ERROR(
-          be.ForEach(B * H, FirstStateGradFn<A, T>{carry, s.dh, dh0, s.len, H}));
+          be.ForEach(B * H, ln_common::FirstStateGradFn<A, T>{carry, s.dh, dh0, s.len, H}));
       TF_LSTM_GPU_RETURN_IF_ERROR(Convert(be, s.dc, dc0, B * H));
 
       // The weights' gradients, summed over every (t, b) row; rows that did not run add zeros.
-      A* dkernel = OutOrScratch(grads.kernel, s.dkernel);
-      A* drecurrent = OutOrScratch(grads.recurrent_kernel, s.drecurrent);
+      A* dkernel = ln_common::OutOrScratch(grads.kernel, s.dkernel);
+      A* drecurrent = ln_common::OutOrScratch(grads.recurrent_kernel, s.drecurrent);
       TF_LSTM_GPU_RETURN_IF_ERROR(be.ForEach(
-          rows * H, MaskedPrevStateFn<A>{in.h0, ws + lay.h(), in.mask, s.h_prev_seq, B * H}));
+          rows * H,
+          ln_common::MaskedPrevStateFn<A>{in.h0, ws + lay.h(), in.mask, s.h_prev_seq, B * H}));
       TF_LSTM_GPU_RETURN_IF_ERROR(
           Gemm(be, true, false, H, G, rows, s.h_prev_seq, s.dah, false, drecurrent));
       const A *xhat_x = ws + lay.xhat_x(), *xhat_h = ws + lay.xhat_h();
@@ -721,11 +521,12 @@ struct LayerNormLstmEngine {
       TF_LSTM_GPU_RETURN_IF_ERROR(ColumnSums(be, rows, H, ProductTerm<A>{s.dq, xhat_c, H},
                                              s.partial, grads.gamma_c));
       // Through the input side's norm (in place: dz becomes d(x·W)), then dW and dx.
+      using InputNormBackFn = ln_common::InputNormBackFn<A>;
       TF_LSTM_GPU_RETURN_IF_ERROR(be.Blocks(
-          rows, sums.threads, sums.SharedBytes(), InputNormBackFn<A>::kParts,
-          InputNormBackFn<A>{{sums, 0, G}, s.dz, xhat_x, ws + lay.rstd(), w.gamma_x, s.len, B}));
+          rows, sums.threads, sums.SharedBytes(), InputNormBackFn::kParts,
+          InputNormBackFn{{sums, 0, G}, s.dz, xhat_x, ws + lay.rstd(), 3, w.gamma_x, s.len, B}));
       TF_LSTM_GPU_RETURN_IF_ERROR(Gemm(be, true, false, I, G, rows, in.x, s.dz, false, dkernel));
-      A* dxs = OutOrScratch(dx, s.dx, run.time_major);
+      A* dxs = ln_common::OutOrScratch(dx, s.dx, run.time_major);
       TF_LSTM_GPU_RETURN_IF_ERROR(Gemm(be, false, true, rows, I, G, s.dz, w.kernel, false, dxs));
       if (static_cast<void*>(dxs) != static_cast<void*>(dx)) {
         TF_LSTM_GPU_RETURN_IF_ERROR(FromTimeMajor(be, run, I, dxs, dx));
@@ -743,16 +544,6 @@ struct LayerNormLstmEngine {
       TF_LSTM_GPU_RETURN_IF_ERROR(NanIfFlagged(be, s.flag, outputs[k], n[k]));
     }
     return cudaSuccess;
-  }
-
-  // The output itself where it is in the compute type (and, for a sequence, time-major), else
-  // the compute-type scratch it is converted from.
-  static A* OutOrScratch(T* out, A* scratch, bool time_major = true) {
-    if constexpr (kSame) {
-      if (time_major) return out;
-    }
-    (void)out;
-    return scratch;
   }
 };
 
