@@ -45,8 +45,11 @@ RULES = {
     "cc/cudnn_rnn/": (("cc/core/", "cc/cpu/", "cc/gpu/", "cc/cudnn_rnn/") + EIGEN, (CUDA,)),
     "cc/layer_norm_lstm/": (("cc/core/", "cc/cpu/", "cc/gpu/", "cc/layer_norm_lstm/") + EIGEN,
                             (CUDA,)),
+    "cc/layer_norm_rnn/": (("cc/core/", "cc/cpu/", "cc/gpu/", "cc/layer_norm_rnn/") + EIGEN,
+                           (CUDA,)),
     "tools/gpu_selftest/": (("cc/core/", "cc/gpu/", "cc/block_lstm/", "cc/cudnn_rnn/",
-                             "cc/layer_norm_lstm/", "tools/gpu_selftest/"), (CUDA, "pybind11/")),
+                             "cc/layer_norm_lstm/", "cc/layer_norm_rnn/", "tools/gpu_selftest/"),
+                            (CUDA, "pybind11/")),
     "tests/framework_free/": (("cc/core/", "cc/block_lstm/cpu_engine.h",
                                "cc/cudnn_rnn/cpu_engine.h"), ()),
 }
@@ -89,7 +92,8 @@ def test_includes_follow_the_layers(path):
     assert not wrong, "%s includes %s" % (path, wrong)
 
 
-@pytest.mark.parametrize("family", ["block_lstm", "cudnn_rnn", "layer_norm_lstm"])
+@pytest.mark.parametrize("family", ["block_lstm", "cudnn_rnn", "layer_norm_lstm",
+                                    "layer_norm_rnn"])
 def test_cpu_and_gpu_engines_stay_apart(family):
     # The CPU engine builds without CUDA, the GPU engine without the CPU runtime.
     for path in tracked("cc/%s" % family):

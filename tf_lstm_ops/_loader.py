@@ -43,6 +43,8 @@ PRIVATE_OP_NAMES = (
     "CudnnRNNBackpropV3Keras",
     "LayerNormLSTM",  # the LayerNorm LSTM (its layers and cells run it)
     "LayerNormLSTMGrad",
+    "LayerNormRNN",  # the LayerNorm GRU and SimpleRNN (their layers and cells run it)
+    "LayerNormRNNGrad",
 )
 OP_NAMES = (
     "LSTMBlockCell",

@@ -8,7 +8,9 @@ imports this package once, and TensorFlow keeps each registration for the proces
 - cudnn_rnn_composite: the CudnnRNNBackprop ops (second derivatives, JVPs), also under TF's own
   names, for which TF registers none;
 - layer_norm_lstm: LayerNormLSTM (through LayerNormLSTMGrad) and LayerNormLSTMGrad (its
-  composite).
+  composite);
+- layer_norm_rnn: LayerNormRNN (the LayerNorm GRU and SimpleRNN, through LayerNormRNNGrad) and
+  LayerNormRNNGrad (its composite).
 Forward ops register under our op namespace (TfLstm>); TF's own forward op names keep TF's
 gradients.
 """
@@ -19,4 +21,5 @@ from tf_lstm_ops._gradients import (  # noqa: F401  (registering is the import)
     cudnn_rnn,
     cudnn_rnn_composite,
     layer_norm_lstm,
+    layer_norm_rnn,
 )
