@@ -67,14 +67,16 @@ def test_host_quick_passes_without_tensorflow_or_torch(nvcc):  # conftest.py: sk
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     lines = out.splitlines()
-    assert any(l.startswith("SUMMARY: PASS (6 of 6 groups passed, backend host)") for l in lines), out
+    assert any(l.startswith("SUMMARY: PASS (8 of 8 groups passed, backend host)") for l in lines), out
     assert lines[-1] == "IMPORTED: ", out  # neither tensorflow nor torch
     for group in ("LSTM block-op engine vs float64 reference",
                   "LSTM block-op engine: repeat runs bitwise equal",
                   "CudnnRNN engine vs float64 reference",
                   "CudnnRNN engine: repeat runs bitwise equal",
                   "LayerNorm LSTM engine vs float64 reference",
-                  "LayerNorm LSTM engine: repeat runs bitwise equal"):
+                  "LayerNorm LSTM engine: repeat runs bitwise equal",
+                  "LayerNorm GRU/RNN engine vs float64 reference",
+                  "LayerNorm GRU/RNN engine: repeat runs bitwise equal"):
         assert "PASS  " + group + ":" in out, out
     assert "FAIL" not in out, out
 
@@ -97,7 +99,7 @@ def test_host_with_torch_cpu_compares_with_torch(nvcc):  # conftest.py: skips wi
                     "--dtypes", "float64,float32,bfloat16")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
-    assert "SUMMARY: PASS (8 of 8 groups passed, backend host)" in out, out
+    assert "SUMMARY: PASS (10 of 10 groups passed, backend host)" in out, out
     assert "IMPORTED: torch" in out
 
 

@@ -43,6 +43,6 @@ TESTS=${SANITIZE_TESTS:-"tests/test_validation.py tests/test_cudnn_validation.py
   tests/test_hostile_sizes.py tests/test_fuzz.py tests/test_tf_compat.py tests/test_cpu_gemm.py \
   tests/test_block_lstm_forward.py tests/test_block_lstm_backward.py tests/test_cudnn_rnn.py \
   tests/test_gpu_block_lstm_engine.py tests/test_gpu_cudnn_rnn_engine.py \
-  tests/test_gpu_layer_norm_lstm_engine.py"}
+  tests/test_gpu_layer_norm_lstm_engine.py tests/test_gpu_layer_norm_rnn_engine.py"}
 # shellcheck disable=SC2086
 exec .venv/bin/python -m pytest -q -p no:cacheprovider $TESTS "$@"

@@ -28,7 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 OUT_DIR = os.path.join(ROOT, "build", "gpu_selftest")
 MODULE = "_rnn_gpu_selftest"
 # The engine families (cc/<family>/) whose GPU launchers the module holds.
-FAMILIES = ("block_lstm", "cudnn_rnn", "layer_norm_lstm")
+FAMILIES = ("block_lstm", "cudnn_rnn", "layer_norm_lstm", "layer_norm_rnn")
 
 
 def sources():

@@ -5,9 +5,10 @@
     python3 -m tools.gpu_selftest.gpu_selftest [options]
 
 With --backend cuda (the default; needs nvcc, pybind11, NumPy and PyTorch with CUDA) it
-  1. builds the self-test module (the *.cu.cc launchers of cc/gpu, cc/block_lstm, cc/cudnn_rnn
-     and cc/layer_norm_lstm + bindings, build.py) with nvcc for the GPU's compute capability (or
-     --arch) and prints the device, driver/runtime, torch and cuDNN versions;
+  1. builds the self-test module (the *.cu.cc launchers of cc/gpu, cc/block_lstm, cc/cudnn_rnn,
+     cc/layer_norm_lstm and cc/layer_norm_rnn + bindings, build.py) with nvcc for the GPU's
+     compute capability (or --arch) and prints the device, driver/runtime, torch and cuDNN
+     versions;
   2. makes sure cuBLAS loads: the engines dlopen libcublas at their first call, reusing one the
      process already loaded (RTLD_NOLOAD), so a torch matmul runs first; if torch's cuBLAS is not
      under a name the engines look for, TF_LSTM_OPS_CUBLAS is pointed at it (torch's
@@ -15,11 +16,13 @@ With --backend cuda (the default; needs nvcc, pybind11, NumPy and PyTorch with C
      with it; then module.initialize() (driver check, cuBLAS) must succeed;
   3. correctness, every dtype (half, bfloat16, float32, float64), torch tensors as buffers on one
      stream:
-       - the LSTM block-op, CudnnRNN and LayerNorm LSTM engine suites (block_lstm_checks.py,
-         cudnn_rnn_checks.py, layer_norm_lstm_checks.py; CudnnRNN with Keras' operand masks,
-         the GRU resetting before and zoneout too, the LayerNorm LSTM with both presets, its
-         recurrent mask and zoneout) against the float64 NumPy references
-         (tools/references/block_lstm.py, cudnn_rnn.py, layer_norm_lstm.py);
+       - the LSTM block-op, CudnnRNN, LayerNorm LSTM and LayerNorm GRU / SimpleRNN engine
+         suites (block_lstm_checks.py, cudnn_rnn_checks.py, layer_norm_lstm_checks.py,
+         layer_norm_rnn_checks.py; CudnnRNN with Keras' operand masks, the GRU resetting before
+         and zoneout too, the LayerNorm LSTM with both presets, the LayerNorm GRU and SimpleRNN
+         with Keras' activations, each with its recurrent mask and zoneout) against the float64
+         NumPy references (tools/references/block_lstm.py, cudnn_rnn.py, layer_norm_lstm.py,
+         layer_norm_rnn.py);
        - repeat runs bitwise equal;
        - the CudnnRNN engine against torch.nn.LSTM (also proj_size), GRU and RNN (tanh, relu):
          1-2 layers, uni-/bidirectional, time-/batch-major, fixed and variable lengths
@@ -43,7 +46,7 @@ With --backend cuda (the default; needs nvcc, pybind11, NumPy and PyTorch with C
      time for comparison (TF_LSTM_OPS_RNN_PERSISTENT=0, the engine's test-only switch).
 
 With --backend host it builds the module (for sm_80 unless --arch: the tests' build, reused) and
-runs the three engine suites and the bitwise-repeat checks of 3 on the engines' host backend with
+runs the four engine suites and the bitwise-repeat checks of 3 on the engines' host backend with
 NumPy buffers: no GPU and no torch needed (--quick: a covering subset; this is what
 tests/test_gpu_selftest_cli.py runs). --with-torch adds the torch comparisons on the CPU, with
 torch CPU tensors as the buffers, to check the harness itself (and --bench --with-torch a tiny
@@ -76,7 +79,8 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 if ROOT not in sys.path:  # run as a script: make the repo's tools.gpu_selftest importable
     sys.path.insert(0, ROOT)
 from tools.gpu_selftest import build, block_lstm_checks, cudnn_rnn_checks  # noqa: E402
-from tools.gpu_selftest import layer_norm_lstm_checks, storage  # noqa: E402
+from tools.gpu_selftest import layer_norm_lstm_checks, layer_norm_rnn_checks  # noqa: E402
+from tools.gpu_selftest import storage  # noqa: E402
 
 R = cudnn_rnn_checks.R  # tools/references/cudnn_rnn.py
 
@@ -549,6 +553,39 @@ def group_ln_determinism(ctx):
     return _determinism_group(ctx, "layer-norm-det", LN, cases)
 
 
+LNR = layer_norm_rnn_checks
+# Larger LayerNorm GRU / SimpleRNN runs: many rows per step, and the GRU's rows of 3H = 1536 (a
+# block of 256 threads, six elements each, every group of sums full).
+LARGE_LNR_CASES = [
+    LNR.Case("gru", False, time=9, batch=37, input_size=20, num_units=48,
+             lengths=_lengths_with_empty(9, 37), recurrent_mask=True, zoneout_h=LNR.PER_ELEMENT),
+    LNR.Case("simple_rnn", True, time=10, batch=40, input_size=33, num_units=300,
+             lengths=_lengths_with_empty(10, 40), zoneout_h=0.9, activation="elu"),
+    LNR.Case("gru", True, time=6, batch=5, input_size=64, num_units=512,
+             lengths=_lengths_with_empty(6, 5), recurrent_mask=True, activation="gelu",
+             recurrent_activation="hard_sigmoid_keras2"),
+]
+
+
+def group_lnr_reference(ctx):
+    cases = LNR.engine_cases()
+    if ctx.quick:
+        cases = cases[::3]
+    else:
+        cases += LARGE_LNR_CASES
+    failures, n = _run_checks(
+        ctx, "layer-norm-rnn",
+        lambda dtype, rng: _suite(ctx, LNR, cases, LNR.header_cases(), dtype, rng),
+        lambda dtype: "%d cases, tolerance %g" % (len(cases), LNR.TOL[dtype]))
+    return not failures, "%d checks (%d cases + empty + header mismatch, x %d dtypes), " \
+        "%d failed" % (n, len(cases), len(ctx.dtypes), len(failures))
+
+
+def group_lnr_determinism(ctx):
+    cases = LNR.header_cases() + ([] if ctx.quick else LARGE_LNR_CASES[:1])
+    return _determinism_group(ctx, "layer-norm-rnn-det", LNR, cases)
+
+
 def group_rnn_determinism(ctx):
     C = cudnn_rnn_checks
     cases = [C.Case("lstm", 2, 4, 3, "bidirectional", 2, time_major=False, lengths=C.VARLEN,
@@ -802,7 +839,9 @@ def run(args):
                    ("CudnnRNN engine vs float64 reference", group_rnn_reference),
                    ("CudnnRNN engine: repeat runs bitwise equal", group_rnn_determinism),
                    ("LayerNorm LSTM engine vs float64 reference", group_ln_reference),
-                   ("LayerNorm LSTM engine: repeat runs bitwise equal", group_ln_determinism)]
+                   ("LayerNorm LSTM engine: repeat runs bitwise equal", group_ln_determinism),
+                   ("LayerNorm GRU/RNN engine vs float64 reference", group_lnr_reference),
+                   ("LayerNorm GRU/RNN engine: repeat runs bitwise equal", group_lnr_determinism)]
         if torch is not None:
             where = "cuDNN" if cuda else "CPU"
             groups += [("CudnnRNN engine vs torch.nn LSTM/GRU/RNN (%s)" % where, group_torch_rnn),

@@ -1,10 +1,15 @@
-// The self-test module: device queries plus the LSTM, CudnnRNN and LayerNorm LSTM engine bindings.
+// The self-test module: device queries plus the LSTM, CudnnRNN, LayerNorm LSTM and LayerNorm
+// GRU / SimpleRNN engine bindings.
 #include <cuda_runtime_api.h>
 
 #include "tools/gpu_selftest/bindings.h"
 
 namespace py = pybind11;
 using namespace tf_lstm_ops::gpu;  // NOLINT
+
+namespace tf_lstm_ops::gpu::selftest {
+void RegisterLayerNormRnn(pybind11::module_& m);  // layer_norm_rnn_bindings.cu.cc
+}  // namespace tf_lstm_ops::gpu::selftest
 
 PYBIND11_MODULE(_rnn_gpu_selftest, m) {
   m.doc() = "tf_lstm_ops GPU engines without TensorFlow (self-test)";
@@ -23,4 +28,5 @@ PYBIND11_MODULE(_rnn_gpu_selftest, m) {
   selftest::RegisterLstm(m);
   selftest::RegisterRnn(m);
   selftest::RegisterLayerNormLstm(m);
+  selftest::RegisterLayerNormRnn(m);
 }
