@@ -238,6 +238,20 @@ def tf_keras_dropout_masks(cell, input_masks, recurrent_masks):
         yield
 
 
+def layer_call_and_gradients(layer, x, mask, cotangents, training, before=None):
+    """A Keras layer's outputs on x (with a step mask or None) and the gradients of
+    sum_k <output_k, cotangents[k]> (in float64) w.r.t. x and its trainable weights, as one
+    list; before(layer), if given, runs inside the tape first (to inject dropout masks)."""
+    x = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        if before:
+            before(layer)
+        outs = list(layer(x, mask=None if mask is None else tf.constant(mask), training=training))
+        loss = sum(tf.reduce_sum(tf.cast(o, tf.float64) * c) for o, c in zip(outs, cotangents))
+    return outs + tape.gradient(loss, [x] + layer.trainable_weights)
+
+
 def round_to(a, dtype):
     """Round float64 values to `dtype` and return them as float64."""
     return tf.cast(tf.constant(np.asarray(a, np.float64)), DTYPES[dtype]).numpy().astype(np.float64)

@@ -24,7 +24,10 @@ is ours, on the fused op only.
 
 ``LayerNormLSTMCell`` is a drop-in for TF Addons' ``LayerNormLSTMCell`` (its arguments, variables
 and results; each step one fused op) and ``LayerNormLSTM`` the layer that runs the whole sequence
-in one, as ``tf_lstm_ops.keras``'s (docs/layer_norm_lstm.md).
+in one, as ``tf_lstm_ops.keras``'s (docs/layer_norm_lstm.md); ``LayerNormSimpleRNNCell`` is a
+drop-in for TF Addons' ``LayerNormSimpleRNNCell``, ``LayerNormGRUCell`` haste's LayerNorm GRU
+(``haste_gru_weights`` converts its weights), with their layers ``LayerNormSimpleRNN`` and
+``LayerNormGRU`` (docs/keras_layers.md §9).
 """
 
 import tensorflow as tf
@@ -38,11 +41,16 @@ from tf_lstm_ops._fused_rnn import (
     keras_cell_attrs,
     keras_params,
     keras_rnn_loop,
-    masked_rnn_loop,
     operand_masks,
     step_mask,
 )
-from tf_lstm_ops._layer_norm import LayerNormCell, LayerNormLayer
+from tf_lstm_ops._layer_norm import (
+    LayerNormLayer,
+    LayerNormLSTMCellBase,
+    LayerNormRNNCellBase,
+    haste_gru_weights,
+    haste_weights,
+)
 
 _register = tf_keras.saving.register_keras_serializable(package="tf_lstm_ops")
 # The tf_keras functions of each activation the kernel fuses, by the op's name for it
@@ -286,49 +294,35 @@ class SimpleRNN(_FusedCall, tf_keras.layers.SimpleRNN):
         return None
 
 
-@_register
-class LayerNormLSTMCell(LayerNormCell, ZoneoutLayer, tf_keras.layers.LSTMCell):
-    """Drop-in for TF Addons' ``LayerNormLSTMCell`` (``tfa.rnn.LayerNormLSTMCell``): the same
-    arguments (``norm_gamma_initializer``, ``norm_beta_initializer``, ``norm_epsilon``, Keras'
-    LSTMCell's), variables (``kernel_norm``, ``recurrent_norm``, ``state_norm`` sublayers, so
-    Addons checkpoints and ``get_weights()`` load) and results, each step one fused op; plus
-    ``norm="paper"``, ``norm_center``, the norms' regularizers and zoneout
-    (docs/layer_norm_lstm.md, docs/keras_layers.md §8). Activations: tanh and sigmoid."""
+class _TfKerasCell:
+    """The tf_keras side of a LayerNorm cell (LayerNormCell's hooks), first in its bases."""
 
     _keras = tf_keras
-    _zoneout_args = ("zoneout_h", "zoneout_c")
+    _scoped_norms = True  # each norm's variables under its own name (kernel_norm/gamma:0)
 
-    def __init__(self, units, norm="addons", norm_epsilon=None, norm_center=True,
-                 norm_gamma_initializer="ones", norm_beta_initializer="zeros",
-                 norm_gamma_regularizer=None, norm_beta_regularizer=None, zoneout_h=0.0,
-                 zoneout_c=0.0, **kwargs):
-        super().__init__(units, **kwargs)
-        self._init_norms(norm, norm_epsilon, norm_center, norm_gamma_initializer,
-                         norm_beta_initializer, norm_gamma_regularizer, norm_beta_regularizer,
-                         kwargs)
-        self._init_zoneout(zoneout_h=zoneout_h, zoneout_c=zoneout_c)
-
-    def _static_fallback_reason(self):
-        return None  # (every step runs the fused op)
-
-    def build(self, input_shape):
-        super().build(input_shape)
-        for norm, width in ((self.kernel_norm, 4), (self.recurrent_norm, 4),
-                            (self.state_norm, 1)):
-            with tf_keras.backend.name_scope(norm.name):  # (Addons' variable names)
-                norm.build([input_shape[0], width * self.units])
+    def _build_norm(self, norm, width, input_shape):
+        if not self._scoped_norms:  # (TF Addons' LayerNormSimpleRNNCell: the cell's gamma:0)
+            norm.build([input_shape[0], width])
+            return
+        with tf_keras.backend.name_scope(norm.name):  # (TF Addons' LayerNormLSTMCell's names)
+            norm.build([input_shape[0], width])
 
     def dropout_masks(self, x_step, h0, training):
         """TF Addons' dropout: the first of the cell's per-gate input masks on x and of its
         recurrent masks on h_{t-1}, for every gate (ones at inference); None where a rate does
-        not apply."""
+        not apply (LSTM, GRU: in (0, 1); SimpleRNN: > 0)."""
+        def first(mask):
+            return mask[0] if isinstance(mask, (list, tuple)) else mask
+
         masks = [None, None]
         if is_inference(training):
             return masks
-        if dropout_applies(self.dropout, True):
-            masks[0] = self.get_dropout_mask_for_cell(x_step, training, count=4)[0]
-        if dropout_applies(self.recurrent_dropout, True):
-            masks[1] = self.get_recurrent_dropout_mask_for_cell(h0, training, count=4)[0]
+        if dropout_applies(self.dropout, self._gated):
+            masks[0] = first(self.get_dropout_mask_for_cell(x_step, training,
+                                                            count=self._gates))
+        if dropout_applies(self.recurrent_dropout, self._gated):
+            masks[1] = first(self.get_recurrent_dropout_mask_for_cell(h0, training,
+                                                                      count=self._gates))
         return masks
 
     def _read_weight(self, variable, dtype):
@@ -343,27 +337,58 @@ class LayerNormLSTMCell(LayerNormCell, ZoneoutLayer, tf_keras.layers.LSTMCell):
     def _uniform(self, shape):
         return self._random_generator.random_uniform(shape)
 
+    def _activation_name(self, fn):
+        return _activation_name(fn)
+
 
 @_register
-class LayerNormLSTM(LayerNormLayer, _FusedCall, tf_keras.layers.RNN):
-    """The LayerNorm LSTM as a tf_keras layer: ``LayerNormLSTMCell``'s arguments and the RNN
-    layer's, the whole sequence one fused op (masks, ``go_backwards``, ``stateful``,
-    ``time_major``, ragged inputs as the other layers of this module); ``unroll=True`` and the
-    other calls this module leaves to tf_keras run tf_keras' loop of the fused cell."""
+class LayerNormLSTMCell(_TfKerasCell, LayerNormLSTMCellBase, tf_keras.layers.LSTMCell):
+    """Drop-in for TF Addons' ``LayerNormLSTMCell`` (``tfa.rnn.LayerNormLSTMCell``): the same
+    arguments (``norm_gamma_initializer``, ``norm_beta_initializer``, ``norm_epsilon``, Keras'
+    LSTMCell's), variables (``kernel_norm``, ``recurrent_norm``, ``state_norm`` sublayers, so
+    Addons checkpoints and ``get_weights()`` load) and results, each step one fused op; plus
+    ``norm="paper"``, ``norm_center``, the norms' regularizers and zoneout
+    (docs/layer_norm_lstm.md, docs/keras_layers.md §8). Activations: tanh and sigmoid."""
+
+
+@_register
+class LayerNormGRUCell(_TfKerasCell, LayerNormRNNCellBase, tf_keras.layers.GRUCell):
+    """haste's LayerNorm GRU step on tf_keras' ``GRUCell`` (``reset_after=True``): its arguments
+    and weights plus the γ-only ``kernel_norm`` and ``recurrent_norm`` (``norm_epsilon``,
+    ``norm_gamma_initializer``, ``norm_gamma_regularizer``, ``norm_gamma_constraint``) and
+    ``zoneout``, each step one fused op (docs/keras_layers.md §9)."""
+
+    _op_cell = "gru"
+
+
+@_register
+class LayerNormSimpleRNNCell(_TfKerasCell, LayerNormRNNCellBase, tf_keras.layers.SimpleRNNCell):
+    """Drop-in for TF Addons' ``LayerNormSimpleRNNCell`` (``tfa.rnn.LayerNormSimpleRNNCell``):
+    its arguments (``layernorm_epsilon``, ``gamma_initializer``, ``gamma_regularizer``,
+    ``gamma_constraint``, also as ``norm_epsilon``, ``norm_gamma_*``; the rest tf_keras'
+    SimpleRNNCell's, by keyword), variables (``kernel``, ``recurrent_kernel``, ``bias``, then the
+    ``layernorm`` sublayer's ``gamma``, so Addons checkpoints and ``get_weights()`` load) and
+    results, each step one fused op; plus ``zoneout`` (docs/keras_layers.md §9)."""
+
+    _op_cell = "simple_rnn"
+    _scoped_norms = False
+    _aliases = dict(norm_epsilon="layernorm_epsilon", norm_gamma_initializer="gamma_initializer",
+                    norm_gamma_regularizer="gamma_regularizer",
+                    norm_gamma_constraint="gamma_constraint")
+
+
+class _TfKerasLayer(LayerNormLayer, _FusedCall, tf_keras.layers.RNN):
+    """A tf_keras LayerNorm layer: its cell's arguments and the RNN layer's, the whole sequence
+    one fused op (masks, ``go_backwards``, ``stateful``, ``time_major``, ragged inputs as the
+    other layers of this module); ``unroll=True`` and the other calls this module leaves to
+    tf_keras run tf_keras' loop of the fused cell."""
 
     _keras_class = tf_keras.layers.RNN
     _zoneout_args = ()  # (the cell's)
-
-    def __init__(self, units, return_sequences=False, return_state=False, go_backwards=False,
-                 stateful=False, unroll=False, time_major=False, **kwargs):
-        rnn_args = {k: kwargs.pop(k) for k in ("activity_regularizer", "name", "dtype",
-                                                "trainable", "input_shape", "batch_input_shape",
-                                                "batch_size", "input_dim") if k in kwargs}
-        cell = LayerNormLSTMCell(units, dtype=rnn_args.get("dtype"),
-                                 trainable=rnn_args.get("trainable", True), **kwargs)
-        super().__init__(cell, return_sequences=return_sequences, return_state=return_state,
-                         go_backwards=go_backwards, stateful=stateful, unroll=unroll,
-                         time_major=time_major, **rnn_args)
+    _layer_args = ("return_sequences", "return_state", "go_backwards", "stateful", "unroll",
+                   "time_major", "zero_output_for_mask", "activity_regularizer", "name", "dtype",
+                   "trainable", "autocast", "dynamic", "input_shape", "batch_input_shape",
+                   "batch_size", "input_dim", "input_length")
 
     def _static_fallback_reason(self):
         if self.unroll:
@@ -374,26 +399,41 @@ class LayerNormLSTM(LayerNormLayer, _FusedCall, tf_keras.layers.RNN):
 
     def _dropout(self, x, h0, training):
         self._maybe_reset_cell_dropout_mask(self.cell)
-        step = x[0] if self.time_major else x[:, 0]
-        input_mask, recurrent_mask = self.cell.dropout_masks(step, h0, training)
-        if input_mask is not None:  # (the same mask at every step, as the cell's)
-            x = x * tf.expand_dims(input_mask, 0 if self.time_major else 1)
-        return x, recurrent_mask
+        return self._cell_dropout(x, h0, training, self.time_major)
 
     def _loop(self, x, mask, states, training, recurrent_mask):
-        cell = self.cell
-        zoneout = cell.zoneout_weights(x, training)
+        return self._cell_loop(x, mask, states, recurrent_mask, training)
 
-        def run(x, seq_lengths, zoneout):
-            return cell.run(x, states[0], states[1], seq_lengths, recurrent_mask, zoneout,
-                            training)
 
-        return masked_rnn_loop(x, mask, self.go_backwards, self.return_sequences,
-                               self.zero_output_for_mask, run, zoneout)
+@_register
+class LayerNormLSTM(_TfKerasLayer):
+    """The LayerNorm LSTM as a tf_keras layer: ``LayerNormLSTMCell``'s arguments and the RNN
+    layer's (see _TfKerasLayer)."""
+
+    _cell_class = LayerNormLSTMCell
+
+
+@_register
+class LayerNormGRU(_TfKerasLayer):
+    """haste's LayerNorm GRU as a tf_keras layer: ``LayerNormGRUCell``'s arguments and the RNN
+    layer's (see _TfKerasLayer)."""
+
+    _cell_class = LayerNormGRUCell
+
+
+@_register
+class LayerNormSimpleRNN(_TfKerasLayer):
+    """TF Addons' LayerNorm SimpleRNN as a tf_keras layer (tf_keras' ``RNN`` of a
+    ``LayerNormSimpleRNNCell``, the sequence one fused op): the cell's arguments and the RNN
+    layer's (see _TfKerasLayer)."""
+
+    _cell_class = LayerNormSimpleRNNCell
 
 
 def _read_variable(variable, dtype):
     return tf.cast(tf.convert_to_tensor(variable), dtype)
 
 
-__all__ = ["LSTM", "GRU", "SimpleRNN", "LayerNormLSTM", "LayerNormLSTMCell"]
+__all__ = ["LSTM", "GRU", "SimpleRNN", "LayerNormLSTM", "LayerNormLSTMCell", "LayerNormGRU",
+           "LayerNormGRUCell", "LayerNormSimpleRNN", "LayerNormSimpleRNNCell", "haste_weights",
+           "haste_gru_weights"]

@@ -35,7 +35,10 @@ Layers, one module per group (import them from here):
 - ``LSTMCell``, ``GRUCell``, ``SimpleRNNCell`` (module ``cells``): drop-ins for Keras' cells
   whose step is one fused op, with zoneout: for loops that step a cell themselves.
 - ``LayerNormLSTM``, ``LayerNormLSTMCell`` (module ``layer_norm``): the LayerNorm LSTM (TF Addons'
-  cell or Ba et al.'s / haste's) on one fused op, with zoneout (docs/layer_norm_lstm.md).
+  cell or Ba et al.'s / haste's) on one fused op, with zoneout (docs/layer_norm_lstm.md);
+  ``LayerNormGRU``, ``LayerNormGRUCell`` (haste's LayerNorm GRU) and ``LayerNormSimpleRNN``,
+  ``LayerNormSimpleRNNCell`` (TF Addons' LayerNorm SimpleRNN), likewise (docs/keras_layers.md
+  §9); ``haste_weights`` and ``haste_gru_weights`` convert haste's weights.
 - ``LSTMBlockCell`` (module ``lstm_block_cell``): the ``LSTMBlockCell`` op as a cell for
   ``keras.layers.RNN`` (``forget_bias``, ``cell_clip``, peepholes).
 - ``to_stock_keras(model)`` (module ``export``): the same model of stock Keras layers with
@@ -57,7 +60,16 @@ from tf_lstm_ops.keras.cells import GRUCell, LSTMCell, SimpleRNNCell
 from tf_lstm_ops.keras.cudnn_rnn import CudnnGRU, CudnnLSTM, CudnnRNN, params_size
 from tf_lstm_ops.keras.drop_in import GRU, LSTM, SimpleRNN
 from tf_lstm_ops.keras.export import to_stock_keras
-from tf_lstm_ops.keras.layer_norm import LayerNormLSTM, LayerNormLSTMCell, haste_weights
+from tf_lstm_ops.keras.layer_norm import (
+    LayerNormGRU,
+    LayerNormGRUCell,
+    LayerNormLSTM,
+    LayerNormLSTMCell,
+    LayerNormSimpleRNN,
+    LayerNormSimpleRNNCell,
+    haste_gru_weights,
+    haste_weights,
+)
 from tf_lstm_ops.keras.lstm_block_cell import LSTMBlockCell
 
 __all__ = [
@@ -73,6 +85,11 @@ __all__ = [
     "LayerNormLSTM",
     "LayerNormLSTMCell",
     "haste_weights",
+    "LayerNormGRU",
+    "LayerNormGRUCell",
+    "LayerNormSimpleRNN",
+    "LayerNormSimpleRNNCell",
+    "haste_gru_weights",
     "LSTMBlockCell",
     "params_size",
     "to_stock_keras",
