@@ -182,17 +182,22 @@ def test_configs_mode_runs_the_configurations_beside_our_layer(tmp_path):
 
 
 def test_layernorm_mode_runs_ours_and_the_keras_cell(tmp_path):
-    from tf_lstm_ops.bench.contenders import LAYER_NORM_CONTENDERS
+    from tf_lstm_ops.bench.contenders import LAYER_NORM_CONTENDERS, contenders_for
 
     args = bench.parse_args(["--layernorm"])
-    assert args.contenders == list(LAYER_NORM_CONTENDERS) and args.families == ["lstm"]
-    assert args.baseline == "ours_layernorm"
+    assert args.contenders == list(LAYER_NORM_CONTENDERS)
+    assert args.families == ["lstm", "gru"] and args.baseline == "ours_layernorm"
     if not HAVE_OURS_KERAS:
         return
     report = _quick_report(tmp_path, ["--layernorm"])[0]
-    rows = {(r["contender"], r["phase"]) for r in report["results"] if r.get("median_ms")}
-    for key in LAYER_NORM_CONTENDERS:
-        assert (key, "fwd") in rows and (key, "fwd+bwd") in rows, key
+    rows = {(r["family"], r["contender"], r["phase"]) for r in report["results"]
+            if r.get("median_ms")}
+    for family in ("lstm", "gru"):  # (the quick report blocks torch)
+        for contender in contenders_for(family, LAYER_NORM_CONTENDERS):
+            if contender.needs == "torch":
+                continue
+            for phase in ("fwd", "fwd+bwd"):
+                assert (family, contender.key, phase) in rows, (family, contender.key)
 
 
 def test_inference_contenders_run_only_when_asked_for():

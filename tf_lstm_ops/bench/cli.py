@@ -165,9 +165,10 @@ def build_parser():
                            "--contenders is given; baseline %s)"
                            % (",".join(CONFIG_CONTENDERS), CONFIG_BASELINE))
     mode.add_argument("--layernorm", action="store_true",
-                      help="time fwd and fwd+bwd of the LayerNorm LSTM (lstm family only): our "
-                           "LayerNormLSTM layers and TF Addons' cell written with Keras ops in "
-                           "keras.layers.RNN, beside our plain LSTM layer (contenders %s unless "
+                      help="time fwd and fwd+bwd of the LayerNorm LSTM and GRU: our "
+                           "LayerNormLSTM / LayerNormGRU layers and TF Addons' LSTM cell / "
+                           "haste's GRU cell written with Keras ops in keras.layers.RNN, beside "
+                           "our plain layer (contenders %s unless "
                            "--contenders is given; baseline %s)"
                            % (",".join(LAYER_NORM_CONTENDERS), LAYER_NORM_BASELINE))
     parser.add_argument("--baseline", metavar="KEY", choices=CONTENDER_KEYS,
@@ -246,8 +247,6 @@ def parse_args(argv=None):
             args.contenders = list(LAYER_NORM_CONTENDERS)
         if args.baseline is None:
             args.baseline = LAYER_NORM_BASELINE
-        if args.family is None:
-            args.families = ["lstm"]
     if args.contenders is not None:
         args.contenders = list(dict.fromkeys(args.contenders))
         if not any(contenders_for(f, args.contenders) for f in args.families):

@@ -455,17 +455,55 @@ def _keras_layer_norm_lstm(case):
     return layer
 
 
+# The GRU's: haste's LayerNormGRU (docs/layer_norm_rnn.md §1) written with Keras ops, a
+# reset-after GRUCell whose step normalises x·W and h·R with γ-only LayerNormalization layers.
+def _keras_layer_norm_gru(case):
+    import keras
+
+    class HasteCell(keras.layers.GRUCell):
+        def __init__(self, units, **kwargs):
+            super().__init__(units, **kwargs)
+            self.norms = [keras.layers.LayerNormalization(epsilon=1e-5, center=False,
+                                                          dtype=self.dtype_policy)
+                          for _ in range(2)]
+
+        def build(self, input_shape):
+            super().build(input_shape)
+            for norm in self.norms:
+                norm.build((None, 3 * self.units))
+
+        def call(self, inputs, states, training=False):
+            h = states[0] if isinstance(states, (list, tuple)) else states
+            x_norm, h_norm = self.norms
+            xz, xr, xh = keras.ops.split(
+                x_norm(keras.ops.matmul(inputs, self.kernel)) + self.bias[0], 3, axis=-1)
+            uz, ur, uh = keras.ops.split(
+                h_norm(keras.ops.matmul(h, self.recurrent_kernel)) + self.bias[1], 3, axis=-1)
+            z, r = keras.ops.sigmoid(xz + uz), keras.ops.sigmoid(xr + ur)
+            h = z * h + (1 - z) * keras.ops.tanh(xh + r * uh)
+            return h, [h]
+
+    def layer(units, return_sequences, dtype, recurrent_initializer):
+        return keras.layers.RNN(
+            HasteCell(units, dtype=dtype, recurrent_initializer=recurrent_initializer),
+            return_sequences=return_sequences, dtype=dtype)
+
+    return layer
+
+
 def build_ours_layer_norm(case, **kwargs):
     try:
         import tf_lstm_ops.keras as tlk
     except Exception as error:  # the module is optional for the benchmark
         raise Skip("tf_lstm_ops.keras not importable (%s: %s)"
                    % (type(error).__name__, _first_line(error)))
-    return _keras_phases(tlk.LayerNormLSTM, case, **kwargs)
+    return _keras_phases(tlk.LayerNormLSTM if case.family == "lstm" else tlk.LayerNormGRU, case,
+                         **kwargs)
 
 
 def build_keras_layer_norm(case):
-    return _keras_phases(_keras_layer_norm_lstm(case), case)
+    cell = _keras_layer_norm_lstm if case.family == "lstm" else _keras_layer_norm_gru
+    return _keras_phases(cell(case), case)
 
 
 def build_ours_keras_fallback(case):
@@ -705,6 +743,89 @@ def build_torch(case):
     return {"fwd": fwd, "bwd": bwd, "fwd+bwd": both}
 
 
+def _torchscript_layer_norm(case):
+    """(torch, a TorchScript LayerNorm LSTM / GRU over the case's sequence, x [T, B, I]): the
+    cells as PyTorch's benchmarks/fastrnns writes its LayerNormLSTMCell (per step: LayerNorm of
+    x·Wᵀ and of h·Rᵀ, each over all gates; the LSTM's LayerNorm of c carried, TF Addons' cell;
+    the GRU haste's, reset after, its norms without β and two biases), the time loop scripted."""
+    from typing import List
+
+    torch = case.torch
+    if torch is None:
+        raise Skip("torch not importable")
+    if case.dtype != "float32":
+        raise Skip("the TorchScript contender runs float32 only")
+    torch.set_num_threads(case.threads)
+    torch.manual_seed(0)
+    nn, Tensor = torch.nn, torch.Tensor
+    T, B, I, H = case.shape
+
+    class LSTM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight_ih = nn.Parameter(torch.randn(4 * H, I) * 0.1)
+            self.weight_hh = nn.Parameter(torch.randn(4 * H, H) * 0.1)
+            self.norm_i, self.norm_h = nn.LayerNorm(4 * H), nn.LayerNorm(4 * H)
+            self.norm_c = nn.LayerNorm(H)
+
+        def forward(self, x: Tensor) -> Tensor:
+            h = torch.zeros(x.size(1), self.weight_hh.size(1))
+            c = torch.zeros(x.size(1), self.weight_hh.size(1))
+            outputs: List[Tensor] = []
+            for t in range(x.size(0)):
+                gates = (self.norm_i(torch.mm(x[t], self.weight_ih.t()))
+                         + self.norm_h(torch.mm(h, self.weight_hh.t())))
+                i, f, g, o = gates.chunk(4, 1)
+                c = self.norm_c(torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g))
+                h = torch.sigmoid(o) * torch.tanh(c)
+                outputs.append(h)
+            return torch.stack(outputs)
+
+    class GRU(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight_ih = nn.Parameter(torch.randn(3 * H, I) * 0.1)
+            self.weight_hh = nn.Parameter(torch.randn(3 * H, H) * 0.1)
+            self.bias_ih = nn.Parameter(torch.zeros(3 * H))
+            self.bias_hh = nn.Parameter(torch.zeros(3 * H))
+            self.norm_i = nn.LayerNorm(3 * H, elementwise_affine=False)
+            self.norm_h = nn.LayerNorm(3 * H, elementwise_affine=False)
+            self.gamma_i = nn.Parameter(torch.ones(3 * H))
+            self.gamma_h = nn.Parameter(torch.ones(3 * H))
+
+        def forward(self, x: Tensor) -> Tensor:
+            h = torch.zeros(x.size(1), self.weight_hh.size(1))
+            outputs: List[Tensor] = []
+            for t in range(x.size(0)):
+                xz, xr, xg = (self.norm_i(torch.mm(x[t], self.weight_ih.t())) * self.gamma_i
+                              + self.bias_ih).chunk(3, 1)
+                uz, ur, ug = (self.norm_h(torch.mm(h, self.weight_hh.t())) * self.gamma_h
+                              + self.bias_hh).chunk(3, 1)
+                z, r = torch.sigmoid(xz + uz), torch.sigmoid(xr + ur)
+                h = z * h + (1 - z) * torch.tanh(xg + r * ug)
+                outputs.append(h)
+            return torch.stack(outputs)
+
+    module = torch.jit.script(LSTM() if case.family == "lstm" else GRU())
+    return torch, module, torch.from_numpy(case.array("x")).to(torch.float32)
+
+
+def build_torchscript_layer_norm(case):
+    torch, module, x = _torchscript_layer_norm(case)
+    params = list(module.parameters())
+    x.requires_grad_(True)
+    dy = torch.from_numpy(case.array("dy")).to(torch.float32)
+
+    def fwd():
+        with torch.no_grad():
+            return _torch_force([module(x)])
+
+    def both():
+        return _torch_force(torch.autograd.grad(module(x), [x] + params, dy))
+
+    return {"fwd": fwd, "fwd+bwd": both}
+
+
 def build_torch_inf(case):
     torch, module, x = _torch_module(case)
 
@@ -783,6 +904,9 @@ CONTENDERS = (
     Contender("keras_layernorm", "lstm",
               "keras.layers.RNN(TF Addons' LayerNorm LSTM cell in Keras ops)",
               ("fwd", "fwd+bwd"), build_keras_layer_norm, opt_in=True),
+    Contender("torchscript_layernorm", "lstm", "TorchScript LayerNorm LSTM (fastrnns' cell)",
+              ("fwd", "fwd+bwd"), build_torchscript_layer_norm, dtypes=("float32",),
+              needs="torch", opt_in=True),
     Contender("ours_block_hvp", "lstm", "ours BlockLSTMV2 HVP", (HVP_PHASE,), build_ours_block_hvp,
               ours=True, opt_in=True),
     *_hvp_contenders("lstm", "ours CudnnRNNV3", "LSTM"),
@@ -801,6 +925,16 @@ CONTENDERS = (
     Contender("keras_fallback", "gru", "keras.layers.GRU(use_cudnn=False)", ("fwd", "fwd+bwd"),
               build_keras_fallback),
     Contender("torch", "gru", "torch.nn.GRU", PHASES, build_torch, needs="torch"),
+    Contender("ours_layernorm", "gru", "ours keras.LayerNormGRU (haste's)", ("fwd", "fwd+bwd"),
+              build_ours_layer_norm, ours=True, opt_in=True),
+    Contender("ours_layernorm_zoneout", "gru", "ours keras.LayerNormGRU(zoneout=0.1)",
+              ("fwd", "fwd+bwd"), functools.partial(build_ours_layer_norm, zoneout=0.1),
+              ours=True, needs="ours_layernorm", opt_in=True),
+    Contender("keras_layernorm", "gru", "keras.layers.RNN(haste's LayerNorm GRU cell in Keras ops)",
+              ("fwd", "fwd+bwd"), build_keras_layer_norm, opt_in=True),
+    Contender("torchscript_layernorm", "gru", "TorchScript LayerNorm GRU (haste's cell)",
+              ("fwd", "fwd+bwd"), build_torchscript_layer_norm, dtypes=("float32",),
+              needs="torch", opt_in=True),
     *_hvp_contenders("gru", "ours CudnnRNNV3 gru", "GRU"),
     *_inference_contenders("gru", "ours CudnnRNNV3 gru", "GRU"),
 )
@@ -818,9 +952,9 @@ CONFIG_CONTENDERS = ("ours_keras", "ours_keras_mask", "keras_mask", "ours_keras_
                      "ours_keras_reset_before", "keras_reset_before", "ours_keras_zoneout",
                      "keras_zoneout", "ours_keras_zoneout_gru", "keras_zoneout_gru")
 CONFIG_BASELINE = "ours_keras"
-# What --layernorm runs: the LayerNorm LSTM, ours and Keras', beside our plain LSTM layer.
+# What --layernorm runs: the LayerNorm LSTM and GRU, ours and Keras', beside our plain layers.
 LAYER_NORM_CONTENDERS = ("ours_keras", "ours_layernorm", "ours_layernorm_paper",
-                         "ours_layernorm_zoneout", "keras_layernorm")
+                         "ours_layernorm_zoneout", "keras_layernorm", "torchscript_layernorm")
 LAYER_NORM_BASELINE = "ours_layernorm"
 DEFAULT_BASELINE = {"lstm": "ours_block", "gru": "ours_cudnn"}
 CONTENDER_KEYS = tuple(dict.fromkeys(c.key for c in CONTENDERS))
