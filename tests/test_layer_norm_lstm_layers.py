@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import layer_call_and_gradients as _run
 from tools.references import layer_norm_lstm as LN
 
 keras = pytest.importorskip("keras")
@@ -58,17 +59,6 @@ def addons_rnn(norm, **kwargs):
 def _pre_padded_mask():
     lengths = np.array([5, 3, 0, 1, 4, 5])
     return np.arange(T)[None, ::-1] < lengths[:, None]
-
-
-def _run(layer, x, mask, cot, training, before=None):
-    x = tf.constant(x)
-    with tf.GradientTape() as tape:
-        tape.watch(x)
-        if before:
-            before(layer)
-        outs = list(layer(x, mask=None if mask is None else tf.constant(mask), training=training))
-        loss = sum(tf.reduce_sum(o * c) for o, c in zip(outs, cot))
-    return outs + tape.gradient(loss, [x] + layer.trainable_weights)
 
 
 CASES = [("addons", {}), ("paper", {}), ("addons", dict(go_backwards=True)),

@@ -67,13 +67,55 @@ struct Loop {
   }
 };
 
+// The GRU's cell on one row, forward (LayerNormGruForwardAt's values, one activation loop at a
+// time so that each vectorises): from X and U ([3H] each, Keras' gate order z, r, h), h̃ into
+// h_new and [a_r, a_z, a_g, U_h] into saved.
+template <typename A, typename Math>
+void GruCellRow(const LayerNormRnnModel& m, const A* X, const A* U, const A* h_prev, A* h_new,
+                A* saved, A* val) {
+  const int64_t H = m.num_units;
+  A *a_r = saved, *a_z = saved + H, *a_g = saved + 2 * H, *u_h = saved + 3 * H;
+  for (int64_t j = 0; j < H; ++j) {
+    a_r[j] = X[H + j] + U[H + j];
+    a_z[j] = X[j] + U[j];
+    u_h[j] = U[2 * H + j];
+  }
+  ActivateRow<A, Math>(m.recurrent_activation, a_r, val, H);  // r
+  for (int64_t j = 0; j < H; ++j) a_g[j] = X[2 * H + j] + val[j] * u_h[j];
+  ActivateRow<A, Math>(m.recurrent_activation, a_z, val, H);  // z
+  ActivateRow<A, Math>(m.activation, a_g, val + H, H);        // g
+  for (int64_t j = 0; j < H; ++j) h_new[j] = GruAnyOutput(val[j], val[H + j], h_prev[j]);
+}
+
+// Its backward (LayerNormGruBackwardAt's values): from dh = dL/dh̃, the gradients of X (dx) and
+// U (du) in Keras' gate order, and h_prev's direct term added to `direct`.
+template <typename A, typename Math>
+void GruCellRowBackward(const LayerNormRnnModel& m, const A* saved, const A* h_prev,
+                        const A* dh, A* dx, A* du, A* direct, A* buffer) {
+  const int64_t H = m.num_units;
+  A *v = buffer, *s = buffer + 3 * H;  // r, z, g and their slopes
+  for (int g = 0; g < 3; ++g) {
+    ValueAndSlopeRow<A, Math>(g == 2 ? m.activation : m.recurrent_activation, saved + g * H,
+                              v + g * H, s + g * H, H);
+  }
+  for (int64_t j = 0; j < H; ++j) {
+    const GruGradients<A> g = GruAnyBackward(v[j], v[H + j], v[2 * H + j], s[j], s[H + j],
+                                             s[2 * H + j], saved[3 * H + j], h_prev[j], dh[j]);
+    dx[j] = du[j] = g.d_u;
+    dx[H + j] = du[H + j] = g.d_r;
+    dx[2 * H + j] = g.d_xc;
+    du[2 * H + j] = g.d_hc;
+    direct[j] += g.h_prev_direct;
+  }
+}
+
 // One row of one step, forward: from the input side zx_row ([G·H]: the GRU's X = LN(x·W)·γx + b_x,
 // the SimpleRNN's x·W) and the recurrent product ah ([G·H], overwritten), h̃ into h_new. `saved`
 // (the GRU's cell values), `xhat` (the step's norm: the GRU's of h·R, the SimpleRNN's of the sum)
 // and `rstd` are where the row's saved values go (the workspace when training, else row buffers).
 template <typename A, typename Math>
 void ForwardRow(const Loop<A>& L, const A* zx_row, A* ah, const A* h_prev, A* h_new, A* saved,
-                A* xhat, A* rstd) {
+                A* xhat, A* rstd, A* val) {
   const LayerNormRnnModel& m = L.m;
   const int64_t H = m.num_units, G = m.gate_width();
   const double eps = m.epsilon;
@@ -82,9 +124,7 @@ void ForwardRow(const Loop<A>& L, const A* zx_row, A* ah, const A* h_prev, A* h_
     rstd[1] = NormalizeRow(ah, G, eps, xhat);
     const A* b_h = w.bias + G;
     for (int64_t k = 0; k < G; ++k) ah[k] = xhat[k] * w.gamma_h[k] + b_h[k];  // U
-    for (int64_t j = 0; j < H; ++j) {
-      h_new[j] = LayerNormGruForwardAt<A, Math>(m, zx_row, ah, j, h_prev[j], saved);
-    }
+    GruCellRow<A, Math>(m, zx_row, ah, h_prev, h_new, saved, val);
     return;
   }
   for (int64_t j = 0; j < H; ++j) ah[j] += zx_row[j];  // v = x·W + h·R
@@ -106,7 +146,7 @@ void ForwardRows(const Loop<A>& L, int64_t b0, int64_t b1, const A* zx, A* y) {
   const bool training = L.run.training;
   A* operand_buf = RowScratch<A, 0>(rows * H);
   A* ah = RowScratch<A, 1>(rows * G);
-  A* row = RowScratch<A, 2>(4 * H + G + H + 2);  // unsaved: the cell's values, x̂, h̃, r
+  A* row = RowScratch<A, 2>(4 * H + G + 3 * H + 2);  // unsaved: cell values, x̂, h̃, r; gates
   for (int64_t t = 0; t < T; ++t) {
     gemm::PackedBlock(rows, G, H, L.operand(t, b0, b1, operand_buf), H, L.packed, false, ah, G);
     for (int64_t b = b0; b < b1; ++b) {
@@ -135,7 +175,8 @@ void ForwardRows(const Loop<A>& L, int64_t b0, int64_t b1, const A* zx, A* y) {
                          : row + 4 * H;
       A* h_new = row + 4 * H + G;
       A* rstd = training ? L.ws + L.lay.rstd() + tb * 2 : h_new + H;
-      ForwardRow<A, Math>(L, zx + tb * G, ah + (b - b0) * G, h_prev, h_new, saved, xhat, rstd);
+      ForwardRow<A, Math>(L, zx + tb * G, ah + (b - b0) * G, h_prev, h_new, saved, xhat, rstd,
+                          h_new + H + 2);
       const ZoneoutView<A> zh = L.zoneout.At(tb * H);
       for (int64_t j = 0; j < H; ++j) h_out[j] = zh.Blend(j, h_new[j], h_prev[j]);
       std::memcpy(y + tb * H, h_out, H * sizeof(A));
@@ -208,11 +249,8 @@ void BackwardRow(const Loop<A>& L, int64_t tb, const A* h_prev, const A* dh_new,
   const LayerNormRnnWeights<A>& w = L.w;
   const A* rstd = L.ws + L.lay.rstd() + tb * 2;
   if (m.gru()) {
-    const A* saved = L.ws + L.lay.saved() + tb * 4 * H;
-    for (int64_t j = 0; j < H; ++j) {
-      direct[j] +=
-          LayerNormGruBackwardAt<A, Math>(m, saved, j, h_prev[j], dh_new[j], dzx, du);
-    }
+    GruCellRowBackward<A, Math>(m, L.ws + L.lay.saved() + tb * 4 * H, h_prev, dh_new, dzx, du,
+                                direct, buffer);
     for (int64_t k = 0; k < G; ++k) buffer[k] = du[k] * w.gamma_h[k];
     NormalizeRowBackward(buffer, L.ws + L.lay.xhat_h() + tb * G, rstd[1], G, false, dah);
     return;
@@ -241,7 +279,8 @@ void BackwardRows(const Loop<A>& L, int64_t b0, int64_t b1, const A* dy, A* dzx_
   const int64_t rows = b1 - b0;
   A* carried = RowScratch<A, 0>(rows * H);  // dah·Rᵀ of the block
   A* direct = RowScratch<A, 1>(rows * H);   // the direct terms of dL/dh_{t-1}
-  A* row = RowScratch<A, 2>(G + H);         // per row: a norm's d(x̂); dL/dh̃
+  A* row = RowScratch<A, 2>(6 * H + H);     // per row: a norm's d(x̂) or the gates and
+                                            // their slopes; dL/dh̃
   for (int64_t t = T - 1; t >= 0; --t) {
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t tb = t * B + b;
@@ -256,7 +295,7 @@ void BackwardRows(const Loop<A>& L, int64_t b0, int64_t b1, const A* dy, A* dzx_
       }
       A* dh_b = dh + (b - b0) * H;
       A* direct_b = direct + (b - b0) * H;
-      A* dh_new = row + G;
+      A* dh_new = row + 6 * H;
       const ZoneoutView<A> zh = L.zoneout.At(tb * H);
       for (int64_t j = 0; j < H; ++j) {
         const A dh_total = dh_b[j] + dy[tb * H + j];
