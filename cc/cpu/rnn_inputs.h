@@ -5,6 +5,7 @@
 #define TF_LSTM_OPS_CC_CPU_RNN_INPUTS_H_
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cc/core/cudnn_rnn_types.h"
 #include "cc/cpu/linalg.h"
@@ -56,6 +57,43 @@ Zoneout<A> ConvertZoneout(const CPUDevice& d, Scratch& scratch, const Run& run, 
     return w;
   };
   return {convert(run.zoneout_h), convert(run.zoneout_c)};
+}
+
+// A row's zoneout weights read without a per-element branch or strided read, kZoned a
+// constant: ZoneoutView's ToNew / ToPrevious with the same arithmetic (so the same bits), for
+// loops that should vectorise. `keep`: the row's n weights (ZoneoutRow.Of).
+template <typename A, bool kZoned>
+struct ZoneoutRow {
+  const A* keep = nullptr;
+  // The n weights from element 0 of the view: its own where given per element, else `buffer`
+  // filled with its one value.
+  static ZoneoutRow Of(const ZoneoutView<A>& view, int64_t n, A* buffer) {
+    if constexpr (!kZoned) {
+      return {};
+    } else {
+      if (view.stride == 1) return {view.keep};
+      for (int64_t j = 0; j < n; ++j) buffer[j] = view[0];
+      return {buffer};
+    }
+  }
+  A ToNew(int64_t j, A ds) const {
+    if constexpr (kZoned) return keep[j] * ds;
+    return ds;
+  }
+  A ToPrevious(int64_t j, A ds) const {
+    if constexpr (kZoned) return (A(1) - keep[j]) * ds;
+    return A(0);
+  }
+};
+
+// f(std::bool_constant<a>, std::bool_constant<b>): two run-time flags as constants.
+template <typename F>
+void WithFlags(bool a, bool b, F&& f) {
+  if (a) {
+    b ? f(std::true_type{}, std::true_type{}) : f(std::true_type{}, std::false_type{});
+  } else {
+    b ? f(std::false_type{}, std::true_type{}) : f(std::false_type{}, std::false_type{});
+  }
 }
 
 // s[j] = ZoneoutBlend(w[j], s[j], prev[j]) for j < n: the new state in, the carried one out.

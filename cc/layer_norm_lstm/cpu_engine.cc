@@ -201,6 +201,46 @@ bool ForwardWalk(const CPUDevice& d, Scratch& scratch, const LayerNormLstmModel&
   return true;
 }
 
+// One row's backward of one step (BackwardRows), zoneout of h and c as constants (ZoneoutRow) so
+// that each loop vectorises: from dh_total = dL/dh_t (total) and dc_b = dL/dc_t (carried,
+// replaced by dL/dc_{t-1}), dz, dq, dah and zoneout's direct term of dL/dh_{t-1}.
+template <typename A, typename Math, bool kZh, bool kZc>
+void BackwardRow(const Loop<A>& L, int64_t tb, const A* c_prev, const A* dh_total, A* dc_b,
+                 A* direct, A* dz, A* dq, A* dah, A* row) {
+  const LayerNormLstmModel& m = L.m;
+  const int64_t H = m.num_units, G = m.gate_width();
+  const LayerNormLstmWeights<A>& w = L.w;
+  const bool addons = m.preset == LayerNormPreset::kAddons;
+  const A* gates = L.ws + L.lay.gates() + tb * G;
+  const A* xhat_c = L.ws + L.lay.xhat_c() + tb * H;
+  const A* rstd = L.ws + L.lay.rstd() + tb * 3;
+  A* dxhat = row;
+  A* dc_cell = row + G;
+  const auto zh = ZoneoutRow<A, kZh>::Of(L.zoneout.h.At(tb * H), H, dc_cell + H);
+  const auto zc = ZoneoutRow<A, kZc>::Of(L.zoneout.c.At(tb * H), H, dc_cell + 2 * H);
+  for (int64_t j = 0; j < H; ++j) direct[j] = zh.ToPrevious(j, dh_total[j]);
+  for (int64_t j = 0; j < H; ++j) {  // through h̃ = o ⊙ tanh(q), q = LN(c')
+    // (Addons carries q itself: the carried c's gradient joins q's)
+    const LayerNormLstmOutputGrads<A> g = LayerNormLstmOutputBackward<A, Math>(
+        gates, H, j, xhat_c[j], w.gamma_c[j], w.beta_c[j], zh.ToNew(j, dh_total[j]),
+        addons ? zc.ToNew(j, dc_b[j]) : A(0));
+    dz[3 * H + j] = g.dz_o;
+    dq[j] = g.dq;
+    dxhat[j] = dq[j] * w.gamma_c[j];
+  }
+  NormalizeRowBackward(dxhat, xhat_c, rstd[2], H, false, dc_cell);
+  for (int64_t j = 0; j < H; ++j) {  // through c' = f ⊙ c_{t-1} + i ⊙ g
+    const A dc_new = dc_cell[j] + (addons ? A(0) : zc.ToNew(j, dc_b[j]));  // (paper: c' carried)
+    const LayerNormLstmCellGrads<A> g = LayerNormLstmCellBackward(gates, H, j, c_prev[j], dc_new);
+    dz[j] = g.dz_i;
+    dz[H + j] = g.dz_f;
+    dz[2 * H + j] = g.dz_g;
+    dc_b[j] = g.dc_prev + zc.ToPrevious(j, dc_b[j]);
+  }
+  for (int64_t k = 0; k < G; ++k) dxhat[k] = dz[k] * w.gamma_h[k];
+  NormalizeRowBackward(dxhat, L.ws + L.lay.xhat_h() + tb * G, rstd[1], G, false, dah);
+}
+
 // The backward of rows [b0, b1) through every step, in reverse: per step and row the gate
 // gradients dz ([4H], the gradient of the summed pre-activations), d(h·R) and the gradient of
 // LN(c') (dq, for γc and βc), then dL/dh_{t-1} = d(h·R)·Rᵀ (times the mask) plus zoneout's
@@ -212,11 +252,10 @@ void BackwardRows(const Loop<A>& L, int64_t b0, int64_t b1, const A* dy, A* dz_a
   const LayerNormLstmModel& m = L.m;
   const int64_t T = L.run.time, B = L.run.batch, H = m.num_units, G = m.gate_width();
   const int64_t rows = b1 - b0;
-  const LayerNormLstmWeights<A>& w = L.w;
-  const bool addons = m.preset == LayerNormPreset::kAddons;
   A* carried = RowScratch<A, 0>(rows * H);  // dah·Rᵀ of the block
   A* direct = RowScratch<A, 1>(rows * H);   // zoneout's (1 - w)·dL/dh_t
-  A* row = RowScratch<A, 2>(G + 2 * H);     // per row: d(x̂) of a norm, dc', dL/dh_t
+  A* row = RowScratch<A, 2>(G + 4 * H);     // per row: d(x̂) of a norm, dc', zoneout's
+                                            // weights of h and c, dL/dh_t
   for (int64_t t = T - 1; t >= 0; --t) {
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t tb = t * B + b;
@@ -229,42 +268,14 @@ void BackwardRows(const Loop<A>& L, int64_t b0, int64_t b1, const A* dy, A* dz_a
         std::fill(dq, dq + H, A(0));
         continue;
       }
-      const A* gates = L.ws + L.lay.gates() + tb * G;
-      const A* xhat_c = L.ws + L.lay.xhat_c() + tb * H;
-      const A* xhat_h = L.ws + L.lay.xhat_h() + tb * G;
-      const A* rstd = L.ws + L.lay.rstd() + tb * 3;
-      const A* c_prev = L.c_before(t, b);
       A* dh_b = dh + (b - b0) * H;
-      A* dc_b = dc + (b - b0) * H;
-      A* dxhat = row;
-      A* dc_cell = row + G;
-      A* dh_total = dc_cell + H;
-      const ZoneoutView<A> zh = L.zoneout.h.At(tb * H), zc = L.zoneout.c.At(tb * H);
-      for (int64_t j = 0; j < H; ++j) {
-        dh_total[j] = dh_b[j] + dy[tb * H + j];
-        direct[(b - b0) * H + j] = zh.ToPrevious(j, dh_total[j]);
-      }
-      for (int64_t j = 0; j < H; ++j) {  // through h̃ = o ⊙ tanh(q), q = LN(c')
-        // (Addons carries q itself: the carried c's gradient joins q's)
-        const LayerNormLstmOutputGrads<A> g = LayerNormLstmOutputBackward<A, Math>(
-            gates, H, j, xhat_c[j], w.gamma_c[j], w.beta_c[j], zh.ToNew(j, dh_total[j]),
-            addons ? zc.ToNew(j, dc_b[j]) : A(0));
-        dz[3 * H + j] = g.dz_o;
-        dq[j] = g.dq;
-        dxhat[j] = dq[j] * w.gamma_c[j];
-      }
-      NormalizeRowBackward(dxhat, xhat_c, rstd[2], H, false, dc_cell);
-      for (int64_t j = 0; j < H; ++j) {  // through c' = f ⊙ c_{t-1} + i ⊙ g
-        if (!addons) dc_cell[j] += zc.ToNew(j, dc_b[j]);  // (the paper carries c')
-        const LayerNormLstmCellGrads<A> g =
-            LayerNormLstmCellBackward(gates, H, j, c_prev[j], dc_cell[j]);
-        dz[j] = g.dz_i;
-        dz[H + j] = g.dz_f;
-        dz[2 * H + j] = g.dz_g;
-        dc_b[j] = g.dc_prev + zc.ToPrevious(j, dc_b[j]);
-      }
-      for (int64_t k = 0; k < G; ++k) dxhat[k] = dz[k] * w.gamma_h[k];
-      NormalizeRowBackward(dxhat, xhat_h, rstd[1], G, false, dah);
+      A* dh_total = row + G + 3 * H;
+      for (int64_t j = 0; j < H; ++j) dh_total[j] = dh_b[j] + dy[tb * H + j];
+      WithFlags(L.zoneout.h.keep != nullptr, L.zoneout.c.keep != nullptr, [&](auto kh, auto kc) {
+        BackwardRow<A, Math, decltype(kh)::value, decltype(kc)::value>(
+            L, tb, L.c_before(t, b), dh_total, dc + (b - b0) * H, direct + (b - b0) * H, dz, dq,
+            dah, row);
+      });
     }
     gemm::PackedBlock(rows, H, G, dah_all + (t * B + b0) * G, G, L.packed, false, carried, H);
     for (int64_t b = b0; b < b1; ++b) {
