@@ -52,6 +52,8 @@ GPU_HOST_MEMORY = {
     "CudnnRNNBackpropV3Keras": ("sequence_lengths", "host_reserved"),
     "LayerNormLSTM": ("sequence_lengths",),
     "LayerNormLSTMGrad": ("sequence_lengths",),
+    "LayerNormRNN": ("sequence_lengths",),
+    "LayerNormRNNGrad": ("sequence_lengths",),
 }
 
 
