@@ -366,10 +366,10 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const LayerNormLstmModel
     }
   });
   Gemm(d, true, false, H, G, rows, h_prev_seq, dah, false, d_recurrent, gemm::Sum::kLong);
-  auto dz_at = [&](int64_t r, int64_t k) { return dz[r * G + k]; };
-  ReduceRows<A>(d, rows, G, dz_at, grads.bias);
-  ReduceRows<A>(d, rows, G, dz_at, grads.beta_h);
-  ReduceRows<A>(d, rows, G, dz_at, grads.beta_x);
+  // b, βh and βx are each added to the summed pre-activations: one gradient, Σ dz, read once
+  ReduceRows<A>(d, rows, G, [&](int64_t r, int64_t k) { return dz[r * G + k]; }, grads.bias);
+  std::copy_n(grads.bias, G, grads.beta_h);
+  std::copy_n(grads.bias, G, grads.beta_x);
   ReduceRows<A>(d, rows, G, [&](int64_t r, int64_t k) { return dz[r * G + k] * xhat_h[r * G + k]; },
                 grads.gamma_h);
   ReduceRows<A>(d, rows, G, [&](int64_t r, int64_t k) { return dz[r * G + k] * xhat_x[r * G + k]; },
