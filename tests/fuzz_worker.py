@@ -2,8 +2,8 @@
 
     python tests/fuzz_worker.py --seed 0 --first 0 --count 100000
 
-Case k of a seed is a pure function of (seed, k): a valid base configuration of one of thirteen
-ops (the gradient ops' inputs come from a real forward), then
+Case k of a seed is a pure function of (seed, k): a valid base configuration of one of the ops
+in OPS (the gradient ops' inputs come from a real forward), then
 one mutation: none, valid-but-odd (zero sizes, empty batch, zero lengths, NaN/Inf values) or
 invalid (a wrong rank or size, an out-of-range length or count, an unknown attribute string, a
 huge count). Each case runs eagerly or inside tf.function with unknown shapes. The worker prints
@@ -34,9 +34,12 @@ from tensorflow.python.framework import op_def_registry  # noqa: E402
 import tf_lstm_ops  # noqa: E402
 from tf_lstm_ops._loader import library  # noqa: E402
 from tools.references import cudnn_rnn as R  # noqa: E402
+from tools.references import layer_norm_lstm as LN  # noqa: E402
+from tools.references import layer_norm_rnn as LR  # noqa: E402
 
 raw = tf_lstm_ops.raw
-PRIVATE = ("CudnnRNNV3Keras", "CudnnRNNBackpropV3Keras")  # ours alone, not in raw
+PRIVATE = ("CudnnRNNV3Keras", "CudnnRNNBackpropV3Keras", "LayerNormLSTM", "LayerNormLSTMGrad",
+           "LayerNormRNN", "LayerNormRNNGrad")  # ours alone, not in raw
 HUGE = 2 ** 40
 
 
@@ -121,6 +124,46 @@ def keras_case(rng, op):
     return kw, attrs
 
 
+def layer_norm_case(rng, op):
+    """LayerNormLSTM or LayerNormRNN (or, from a real forward, its Grad): the LSTM's presets, the
+    GRU and SimpleRNN cells with Keras' activations, lengths, and the recurrent mask and
+    per-element zoneout weights each present or not."""
+    lstm = op.startswith("LayerNormLSTM")
+    T, B, I, H = (int(v) for v in rng.integers(1, 4, 4))
+    f = lambda *s: rng.uniform(-1, 1, s).astype(np.float32)  # noqa: E731
+    none = np.zeros([0], np.float32)
+    if lstm:
+        w = LN.random_weights(rng, I, H)
+        attrs, zoneout = dict(norm=("addons", "paper")[rng.integers(2)]), (
+            "zoneout_h_weights", "zoneout_c_weights")
+        kw = dict(input=f(B, T, I), input_h=f(B, H), input_c=f(B, H))
+    else:
+        cell = LR.CELLS[rng.integers(len(LR.CELLS))]
+        w = LR.random_weights(rng, cell, I, H)
+        acts = tuple(R.ACTIVATIONS)
+        attrs, zoneout = dict(cell=cell, activation=acts[rng.integers(len(acts))]), (
+            "zoneout_weights",)
+        if cell == "gru":
+            attrs["recurrent_activation"] = acts[rng.integers(len(acts))]
+        kw = dict(input=f(B, T, I), input_h=f(B, H), gamma_h=none)
+    kw.update({k: v.astype(np.float32) for k, v in w.items()})
+    kw.update(sequence_lengths=rng.integers(0, T + 1, B).astype(np.int32),
+              recurrent_mask=(none if rng.integers(2)
+                              else ((rng.uniform(size=(B, H)) > 0.3) / 0.7).astype(np.float32)))
+    for name in zoneout:
+        kw[name] = none if rng.integers(2) else (rng.uniform(size=(B, T, H)) > 0.1).astype(
+            np.float32)
+    if not op.endswith("Grad"):
+        attrs["is_training"] = bool(rng.integers(2))
+        return kw, attrs
+    out = library.op(op[:-len("Grad")])(**kw, **attrs)
+    kw.update(output_backprop=f(*out.output.shape), output_h_backprop=f(B, H),
+              reserve_space=out.reserve_space.numpy())
+    if lstm:
+        kw["output_c_backprop"] = f(B, H)
+    return kw, attrs
+
+
 def grad_case(rng, op):
     """A gradient op's valid call: a real forward of its forward op, then its outputs and random
     incoming gradients."""
@@ -151,7 +194,9 @@ OPS = {"LSTMBlockCell": block_case, "BlockLSTM": block_case, "BlockLSTMV2": bloc
        "LSTMBlockCellGrad": grad_case, "BlockLSTMGrad": grad_case, "BlockLSTMGradV2": grad_case,
        "CudnnRNN": cudnn_case, "CudnnRNNV3": cudnn_case, "CudnnRNNBackpropV3": grad_case,
        "CudnnRNNParamsSize": cudnn_case, "CudnnRNNParamsToCanonical": cudnn_case,
-       "CudnnRNNV3Keras": keras_case, "CudnnRNNBackpropV3Keras": keras_case}
+       "CudnnRNNV3Keras": keras_case, "CudnnRNNBackpropV3Keras": keras_case,
+       "LayerNormLSTM": layer_norm_case, "LayerNormLSTMGrad": layer_norm_case,
+       "LayerNormRNN": layer_norm_case, "LayerNormRNNGrad": layer_norm_case}
 VALID, ODD, INVALID = "valid", "odd", "invalid"
 
 
@@ -195,9 +240,9 @@ def mutate(rng, kw, attrs):
         lengths[rng.integers(lengths.size)] = (-1, 10 ** 6)[rng.integers(2)]
         kw["sequence_lengths"] = lengths
         return INVALID, "sequence_lengths out of [0, T]", kw, attrs
-    if choice == 7 and "rnn_mode" in attrs:
-        keys = [k for k in ("rnn_mode", "direction", "activation", "recurrent_activation")
-                if k in attrs]
+    keys = [k for k in ("rnn_mode", "direction", "activation", "recurrent_activation", "norm",
+                        "cell") if k in attrs]
+    if choice == 7 and keys:
         key = keys[rng.integers(len(keys))]
         attrs[key] = "bogus"
         return INVALID, "%s = 'bogus'" % key, kw, attrs
@@ -210,6 +255,9 @@ def mutate(rng, kw, attrs):
     if choice == 9 and "dropout" in attrs:
         attrs["dropout"] = (-0.5, 1.5, float("nan"))[rng.integers(3)]
         return INVALID, "dropout = %s" % attrs["dropout"], kw, attrs
+    if choice == 9 and "is_training" in attrs and "rnn_mode" not in attrs:  # (a LayerNorm op)
+        attrs["epsilon"] = (0.0, -1e-3, float("nan"), float("inf"))[rng.integers(4)]
+        return INVALID, "epsilon = %s" % attrs["epsilon"], kw, attrs
     return VALID, "none", kw, attrs
 
 
