@@ -131,6 +131,26 @@ inline absl::Status ResolveZoneoutWeights(const tensorflow::Tensor& t, const cha
 // Reserve space elements of T holding `bytes`.
 inline int64_t ReserveElements(int64_t bytes, int64_t elem) { return (bytes + elem - 1) / elem; }
 
+// A forward's workspace of `bytes` into *workspace: when training, its reserve space output
+// number `index` (what the backward reads, T elements); otherwise that output empty ([0]) and a
+// scratch tensor that *scratch keeps alive for the call.
+template <typename T>
+absl::Status ReserveOrScratch(tensorflow::OpKernelContext* ctx, int index, int64_t bytes,
+                              bool training, tensorflow::Tensor* scratch, uint8_t** workspace) {
+  tensorflow::Tensor* reserve;
+  if (training) {
+    TF_RETURN_IF_ERROR(ctx->allocate_output(
+        index, tensorflow::TensorShape({ReserveElements(bytes, sizeof(T))}), &reserve));
+    *workspace = reinterpret_cast<uint8_t*>(reserve->flat<T>().data());
+    return absl::OkStatus();
+  }
+  TF_RETURN_IF_ERROR(ctx->allocate_output(index, tensorflow::TensorShape({0}), &reserve));
+  TF_RETURN_IF_ERROR(
+      ctx->allocate_temp(tensorflow::DT_UINT8, tensorflow::TensorShape({bytes}), scratch));
+  *workspace = scratch->flat<uint8_t>().data();
+  return absl::OkStatus();
+}
+
 // How a backward checks that a reserve space came from our forward with this configuration
 // (RnnReserveHeader, every family's): on the CPU the reserve space is host memory and its whole
 // header is compared here; on the GPU it is device memory, so only its exact size is checked here

@@ -156,25 +156,16 @@ class LayerNormLstmOp : public OpKernel {
     run.training = is_training_;
     const Tensor& input = NamedInput(ctx, "input");
     const Tensor& input_h = NamedInput(ctx, "input_h");
-    Tensor *output, *output_h, *output_c, *reserve;
+    Tensor *output, *output_h, *output_c;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(
                             0, TensorShape({input.dim_size(0), input.dim_size(1), m.num_units}),
                             &output));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, input_h.shape(), &output_h));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(2, input_h.shape(), &output_c));
     const int64_t bytes = LayerNormLstmWorkspaceBytes(m, run, sizeof(AccFor<T>));
-    Tensor scratch;
+    Tensor scratch;  // (inference: the workspace; training writes the reserve space output)
     uint8_t* workspace;
-    if (is_training_) {  // the reserve space: what the Grad op reads
-      OP_REQUIRES_OK(ctx, ctx->allocate_output(
-                              3, TensorShape({ReserveElements(bytes, sizeof(T))}), &reserve));
-      workspace = reinterpret_cast<uint8_t*>(reserve->flat<T>().data());
-    } else {
-      OP_REQUIRES_OK(ctx, ctx->allocate_output(3, TensorShape({0}), &reserve));
-      OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_UINT8, TensorShape({bytes}),
-                                             &scratch));
-      workspace = scratch.flat<uint8_t>().data();
-    }
+    OP_REQUIRES_OK(ctx, ReserveOrScratch<T>(ctx, 3, bytes, is_training_, &scratch, &workspace));
     auto data = [ctx](const char* name) { return NamedInput(ctx, name).flat<T>().data(); };
     OP_REQUIRES_OK(ctx, LayerNormLstmForward<Device, T>()(
                             ctx, m, run, data("input"), data("input_h"), data("input_c"),
