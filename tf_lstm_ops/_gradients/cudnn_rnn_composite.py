@@ -132,8 +132,10 @@ class _Model:
         GH, layers, offset = self.G * self.H, [], 0
         for p in range(self.L * self.D):
             layer = p // self.D
-            cols = 0 if (layer == 0 and self.skip) else self.layer_input(layer)
-            w = tf.reshape(params[offset:offset + GH * cols], [GH, cols]) if cols else None
+            skips = layer == 0 and self.skip
+            cols = 0 if skips else self.layer_input(layer)
+            # (None only for skip input: a zero-width input has a [G*H, 0] W)
+            w = None if skips else tf.reshape(params[offset:offset + GH * cols], [GH, cols])
             offset += GH * cols
             r = tf.reshape(params[offset:offset + GH * self.Hr], [GH, self.Hr])
             offset += GH * self.Hr
@@ -157,11 +159,9 @@ class _Model:
         if self.input_masks is not None:  # gate g: (x ⊙ mask_g)·W_gᵀ, the mask at every step
             masks = tf.cast(self.input_masks, inputs.dtype)
             ax = tf.einsum("gtbi,ghi->tbgh", inputs[None] * masks[:, None],
-                           tf.reshape(w, [self.G, self.H, -1]))
+                           tf.reshape(w, [self.G, self.H, w.shape[1]]))
             return tf.reshape(ax, tf.concat([steps_and_batch, [self.G * self.H]], 0)) + bias_w
-        flat = tf.reshape(inputs, [-1, inputs.shape[-1]])
-        ax = tf.matmul(flat, w, transpose_b=True) + bias_w
-        return tf.reshape(ax, tf.concat([steps_and_batch, [self.G * self.H]], 0))
+        return tf.tensordot(inputs, w, [[2], [1]]) + bias_w
 
     def step(self, weights, ax, h, c):
         """One cell step from its input side ax (docs/cudnn_rnn.md §4): (h_new, c_new)."""
@@ -171,7 +171,8 @@ class _Model:
             ah = tf.matmul(h, r, transpose_b=True) + bias_r
         else:  # gate g: (h ⊙ mask_g)·R_gᵀ
             masks = tf.cast(self.recurrent_masks, h.dtype)
-            ah = tf.einsum("gbk,ghk->bgh", h[None] * masks, tf.reshape(r, [self.G, self.H, -1]))
+            ah = tf.einsum("gbk,ghk->bgh", h[None] * masks,
+                           tf.reshape(r, [self.G, self.H, self.Hr]))
             ah = tf.reshape(ah, [-1, self.G * self.H]) + bias_r
         act, rec = self.act, self.rec
         if self.mode in ("rnn_tanh", "rnn_relu"):
