@@ -50,6 +50,7 @@ GPU_HOST_MEMORY = {
     "CudnnRNNDropoutKept": None,  # CPU only: reads a reserve space on the host (§5.3 of cudnn_rnn.md)
     "CudnnRNNV3Keras": ("sequence_lengths", "host_reserved"),
     "CudnnRNNBackpropV3Keras": ("sequence_lengths", "host_reserved"),
+    "KerasRNN": ("sequence_lengths", "host_reserved"),
     "LayerNormLSTM": ("sequence_lengths",),
     "LayerNormLSTMGrad": ("sequence_lengths",),
     "LayerNormRNN": ("sequence_lengths",),

@@ -46,12 +46,26 @@ struct RnnRun {
   // RnnTakesMasks accepts.
   RnnZoneout zoneout_h, zoneout_c;
   bool zoned() const { return zoneout_h.active() || zoneout_c.active(); }
+  // Keras' weights read where they are stored instead of params (docs/cudnn_rnn.md §6.6): the
+  // CPU forward of a model KerasWeightsInPlace accepts. In the run's dtype; kernel [I, G*H],
+  // recurrent_kernel [H, G*H], bias [bias_rows, G*H] (one row: b_R, with b_W = 0).
+  struct KerasWeights {
+    const void *kernel = nullptr, *recurrent_kernel = nullptr, *bias = nullptr;
+    int bias_rows = 1;
+    bool given() const { return kernel != nullptr; }
+  } keras;
 };
 
 // Models whose runs may carry operand masks: what a Keras layer describes (one layer, one
 // direction, linear input, no projection).
 inline bool RnnTakesMasks(const RnnModel& m) {
   return m.num_layers == 1 && m.num_dirs == 1 && !m.skip_input && !m.has_proj();
+}
+
+// Models whose CPU forward reads Keras' weights in place (RnnRun::keras): a Keras layer's, in a
+// mode whose gate order is cuDNN's (every mode but GRU: Keras orders its gates z, r, h).
+inline bool KerasWeightsInPlace(const RnnModel& m) {
+  return RnnTakesMasks(m) && m.mode != RnnMode::kGru;
 }
 
 // Zoneout's carried state from the new one and the previous one: keep-new weight w 1 gives the
@@ -283,26 +297,47 @@ struct PseudoLayer {
   const RnnModel& m;
   int64_t p, layer, dir, in_width;
   PseudoLayerRegions reg;                   // offsets into params (and params' gradient)
-  const A *w, *r, *proj, *bias_w, *bias_r;  // params regions
+  const A *w = nullptr, *r = nullptr, *proj = nullptr, *bias_w = nullptr,
+          *bias_r = nullptr;  // params regions
+  // Whether w and r are Keras' kernel [in_width, G*H] and recurrent_kernel [Hr, G*H] (the
+  // transposes of params' W and R; ReadKerasWeights) rather than params regions.
+  bool keras_layout = false;
   A *h, *c, *gates;  // per-step states and saved activations (workspace; gates may be null)
   const A *h0, *c0;                         // initial state of this pseudo-layer
 
+  // params may be null for a layer whose weights ReadKerasWeights sets.
   PseudoLayer(const RnnModel& model, int64_t p_, const A* params, A* ws,
               const WorkspaceLayout& lay, const A* h0_all, const A* c0_all, int64_t batch)
       : m(model), p(p_), layer(p_ / model.num_dirs), dir(p_ % model.num_dirs) {
     in_width = m.layer_input(layer);
     reg = RegionsOf(m, p);
-    w = params + reg.w;
-    r = params + reg.r;
-    proj = params + reg.proj;
-    bias_w = params + reg.bias_w;
-    bias_r = params + reg.bias_r;
+    if (params != nullptr) {
+      w = params + reg.w;
+      r = params + reg.r;
+      proj = params + reg.proj;
+      bias_w = params + reg.bias_w;
+      bias_r = params + reg.bias_r;
+    }
     h = ws + lay.h(p);
     c = m.mode == RnnMode::kLstm ? ws + lay.c(p) : nullptr;
     gates = lay.keeps_gates() ? ws + lay.gates(p) : nullptr;
     h0 = h0_all + p * batch * m.output_width();
     c0 = c0_all == nullptr ? nullptr : c0_all + p * batch * m.num_units;
   }
+  // Keras' weights instead of params (a model KerasWeightsInPlace accepts): b_W and b_R
+  // [G*H] each.
+  void ReadKerasWeights(const A* kernel, const A* recurrent_kernel, const A* b_w, const A* b_r) {
+    w = kernel;
+    r = recurrent_kernel;
+    proj = nullptr;
+    bias_w = b_w;
+    bias_r = b_r;
+    keras_layout = true;
+  }
+  // Strides of element (k, col) of Rᵀ [Hr, G*H], for SlicePacking: R [G*H, Hr] in params,
+  // recurrent_kernel itself in Keras' layout.
+  int64_t r_row_stride() const { return keras_layout ? m.gate_width() : 1; }
+  int64_t r_col_stride() const { return keras_layout ? 1 : m.output_width(); }
   // State before step `step`: the initial state, or the state after the previous step.
   const A* h_before(int64_t step, int64_t time, int64_t batch) const {
     return step == 0 ? h0 : h + TimeOf(dir, step - 1, time) * batch * m.output_width();

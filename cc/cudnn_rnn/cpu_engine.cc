@@ -90,21 +90,25 @@ OperandMasks<A> ConvertMasks(const CPUDevice& d, Scratch& scratch, const RnnMode
 }
 
 // Input projection of every step: xw[t*B + b] = W·x (or x itself per gate for skip input;
-// gate by gate, (x ⊙ mask_g)·W_gᵀ, with input masks).
+// gate by gate, (x ⊙ mask_g)·W_gᵀ, with input masks). W is params' [G*H, I], or Keras' kernel
+// [I, G*H] (its transpose) read as it is.
 template <typename A>
 void InputProjection(const CPUDevice& d, const PseudoLayer<A>& pl, int64_t T, int64_t B,
                      const A* x, const OperandMasks<A>& masks, A* xw) {
   const int64_t G = pl.m.gate_width(), H = pl.m.num_units, I = pl.in_width, rows = T * B;
+  const bool keras = pl.keras_layout;
+  // W_g: rows g·H.. of params' W, or columns g·H.. of the kernel.
+  const int64_t gate_offset = keras ? H : H * I, ldw = keras ? G : I;
   if (masks.input != nullptr) {
     for (int g = 0; g < pl.m.gates(); ++g) {
       MaskOperand(d, rows * I, B * I, x, masks.input + g * B * I, false, masks.operand);
-      Gemm(d, false, true, rows, H, I, masks.operand, I, pl.w + g * H * I, I, false, xw + g * H,
-           G);
+      Gemm(d, false, !keras, rows, H, I, masks.operand, I, pl.w + g * gate_offset, ldw, false,
+           xw + g * H, G);
     }
     return;
   }
   if (!pl.m.skips(pl.layer)) {
-    Gemm(d, false, true, rows, G, pl.in_width, x, pl.w, false, xw);
+    Gemm(d, false, !keras, rows, G, I, x, I, pl.w, ldw, false, xw, G);
     return;
   }
   ParallelFor(d, rows, G * 8.0, G * 1.0, [&](int64_t begin, int64_t end) {
@@ -146,22 +150,24 @@ struct TeamPlan {
         phases_per_step(m.has_proj() || m.gru_reset_before ? 2 : 1) {}
   int units(const RnnModel& m) const { return static_cast<int>(m.num_dirs) * slices; }
   // Pack* pack R for a direction's time loop; the products (of the state's B rows) read it
-  // from there, or from R itself where the plan packs nothing (batches of a few rows).
+  // from there, or from R itself where the plan packs nothing (batches of a few rows). The
+  // forward's R is params' or Keras' recurrent_kernel (pl's strides).
   template <typename A>
-  void PackForward(const CPUDevice& d, const RnnModel& m, const A* r, A* packed) const {
-    fwd.Pack(d, m.num_units, r, 1, m.output_width(), packed);
+  void PackForward(const CPUDevice& d, const PseudoLayer<A>& pl, A* packed) const {
+    fwd.Pack(d, pl.m.num_units, pl.r, pl.r_row_stride(), pl.r_col_stride(), packed);
   }
   template <typename A>
-  void ForwardProduct(const RnnModel& m, int u, int64_t B, const A* h, const A* r,
-                      const A* packed, A* c, int64_t ldc) const {
-    fwd.Product(u, B, h, m.output_width(), packed, m.num_units, r, 1, m.output_width(), c, ldc);
+  void ForwardProduct(const PseudoLayer<A>& pl, int u, int64_t B, const A* h, const A* packed,
+                      A* c, int64_t ldc) const {
+    fwd.Product(u, B, h, pl.m.output_width(), packed, pl.m.num_units, pl.r, pl.r_row_stride(),
+                pl.r_col_stride(), c, ldc);
   }
   // Gate g's block of ForwardProduct, from its own operand h (per_gate).
   template <typename A>
-  void ForwardGateProduct(const RnnModel& m, int u, int g, int64_t B, const A* h, const A* r,
+  void ForwardGateProduct(const PseudoLayer<A>& pl, int u, int g, int64_t B, const A* h,
                           const A* packed, A* c, int64_t ldc) const {
-    fwd.GateProduct(u, g, B, h, m.output_width(), packed, m.num_units, r, 1, m.output_width(), c,
-                    ldc);
+    fwd.GateProduct(u, g, B, h, pl.m.output_width(), packed, pl.m.num_units, pl.r,
+                    pl.r_row_stride(), pl.r_col_stride(), c, ldc);
   }
   int64_t backward_size(const RnnModel& m) const {  // values PackBackward writes
     return bwd.size() * (per_gate ? m.gates() : 1);
@@ -356,12 +362,12 @@ void ForwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vector
   A* h_out = pl.h + t * B * Hr;
   A* rec_u = s.rec_u;
   if (h_masks == nullptr) {
-    plan.ForwardProduct(m, u, B, h_prev, pl.r, r_packed, rec_u, row);
+    plan.ForwardProduct(pl, u, B, h_prev, r_packed, rec_u, row);
   } else {  // (every unit masks all of h: B·Hr products per gate, against the GEMM's B·Hr·2n)
     A* h_masked = RowScratch<A, 1>(B * Hr);
     for (int g = 0; g < m.gates(); ++g) {
       MaskOperand<A>(0, B * Hr, B * Hr, h_prev, h_masks + g * B * Hr, false, h_masked);
-      plan.ForwardGateProduct(m, u, g, B, h_masked, pl.r, r_packed, rec_u, row);
+      plan.ForwardGateProduct(pl, u, g, B, h_masked, r_packed, rec_u, row);
     }
   }
   const bool relu = m.mode == RnnMode::kRnnRelu;
@@ -477,7 +483,7 @@ void ForwardResetGates(const PseudoLayer<A>& pl, const RnnRun& run,
       MaskOperand<A>(0, B * H, B * H, h_prev, h_masks + g * B * H, false, masked);
       operand = masked;
     }
-    plan.ForwardGateProduct(m, u, g, B, operand, pl.r, r_packed, s.rec_u, s.row);
+    plan.ForwardGateProduct(pl, u, g, B, operand, r_packed, s.rec_u, s.row);
   }
   A* rh = reset_buf;
   A* a_u = reset_buf + B * H;
@@ -522,7 +528,7 @@ void ForwardResetCandidates(const PseudoLayer<A>& pl, const RnnRun& run,
   const A* rh = reset_buf;
   const A* a_u = reset_buf + B * H;
   A* h_out = pl.h + t * B * H;
-  plan.ForwardGateProduct(m, u, 2, B, rh, pl.r, r_packed, s.rec_u, s.row);
+  plan.ForwardGateProduct(pl, u, 2, B, rh, r_packed, s.rec_u, s.row);
   A* a_n = RowScratch<A>(3 * n);
   A* cand = a_n + n;
   A* upd = cand + n;
@@ -588,7 +594,7 @@ void ForwardLayer(const CPUDevice& d, const std::vector<PseudoLayer<A>>& pls,
   const int64_t G = m.gate_width(), D = m.num_dirs;
   for (int64_t dir = 0; dir < D; ++dir) {
     InputProjection(d, pls[dir], T, B, x, masks, xw + dir * T * B * G);
-    plan.PackForward(d, m, pls[dir].r, r_packed + dir * plan.fwd.size());
+    plan.PackForward(d, pls[dir], r_packed + dir * plan.fwd.size());
   }
   const int K = plan.phases_per_step;
   RunPhases(d, T * K, plan.units(m), [&](int64_t phase, int unit) {
@@ -657,7 +663,20 @@ bool ForwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const 
   const WorkspaceLayout lay(m, run, dropout.active(m));
   A* ws = reinterpret_cast<A*>(workspace + sizeof(RnnReserveHeader));
 
-  const A* P = AsAcc<A>(d, scratch, params, CheckedParamsSize(m));
+  // The weights: params, or Keras' tensors read in place (KerasWeightsInPlace), b_W = 0 where
+  // Keras' bias has one row.
+  const bool keras = run.keras.given();
+  const int64_t I = m.input_size;
+  const A* P = keras ? nullptr : AsAcc<A>(d, scratch, params, CheckedParamsSize(m));
+  const A* kernel = keras ? AsAcc<A>(d, scratch, static_cast<const T*>(run.keras.kernel), I * G)
+                          : nullptr;
+  const A* recurrent_kernel =
+      keras ? AsAcc<A>(d, scratch, static_cast<const T*>(run.keras.recurrent_kernel), H * G)
+            : nullptr;
+  const A* bias = keras ? AsAcc<A>(d, scratch, static_cast<const T*>(run.keras.bias),
+                                   run.keras.bias_rows * G)
+                        : nullptr;
+  A* zero_bias = keras && run.keras.bias_rows == 1 ? scratch.Take<A>(G) : nullptr;
   const A* x0 = ToTimeMajor<A>(d, scratch, run, m.input_size, input);
   const A* h0 = AsAcc<A>(d, scratch, input_h, LD * B * Hr);
   const A* c0 = lstm ? AsAcc<A>(d, scratch, input_c, LD * B * H) : nullptr;
@@ -675,11 +694,16 @@ bool ForwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const 
   // output_h then output_c, in the compute type
   A* final_state = scratch.Take<A>(LD * B * (Hr + (lstm ? H : 0)));
   if (scratch.counting() || !scratch.ok()) return scratch.ok();
+  if (zero_bias != nullptr) std::fill(zero_bias, zero_bias + G, A(0));
   for (int64_t l = 0; l < m.num_layers; ++l) {
     const A* x = l == 0 ? x0 : ws + lay.input(l);
     std::vector<PseudoLayer<A>> pls;
     pls.reserve(D);
     for (int64_t dir = 0; dir < D; ++dir) pls.emplace_back(m, l * D + dir, P, ws, lay, h0, c0, B);
+    if (keras) {  // (one pseudo-layer)
+      pls[0].ReadKerasWeights(kernel, recurrent_kernel, zero_bias ? zero_bias : bias,
+                              bias + (run.keras.bias_rows - 1) * G);
+    }
     ForwardLayer<A, MathFor<T>>(d, pls, plan, run, len, x, masks, zoneout, xw, rec, m_buf,
                                 reset_buf, r_packed, y);
     for (int64_t dir = 0; dir < D; ++dir) {

@@ -19,7 +19,8 @@ namespace cpu {
 // Forward. `workspace` is the reserve space (training) or an inference workspace of
 // RnnWorkspaceBytes(m, run, dropout.active(m), sizeof(AccFor<T>)) bytes, 64-byte aligned; the
 // run writes its header (MakeReserveHeader) and the saved activations (the states only when
-// run.keeps_gates is false: inference). output_c is nullptr for non-LSTM modes.
+// run.keeps_gates is false: inference). output_c is nullptr for non-LSTM modes. params is
+// nullptr when run.keras gives Keras' weights instead (a model KerasWeightsInPlace accepts).
 template <typename T>
 size_t RnnForwardScratchBytes(const CPUDevice& device, const RnnModel& m, const RnnRun& run,
                               const RnnDropout& dropout);

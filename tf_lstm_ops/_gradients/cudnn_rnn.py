@@ -13,6 +13,8 @@ tape leaves out counts as zeros; input_c gets a zero gradient outside LSTM mode 
 there), and V3's integer sequence_lengths none. CudnnRNNV3Keras also passes its operand masks
 (Keras' recurrent dropout) and zoneout weights, which are constants: no gradient flows to them,
 as none flows to Keras' masks (drawn by dropout from ones) or to zoneout's (drawn, or its rate).
+KerasRNN's gradient is CudnnRNNV3Keras's on KerasToCudnnParams of its weights (docs/cudnn_rnn.md
+§6.6).
 """
 
 import tensorflow as tf
@@ -35,8 +37,16 @@ def _cudnn_rnn_grad(op, grads, backprop_op, version, forward_op=None):
         args.update(input_masks=op.inputs[5], recurrent_masks=op.inputs[6],
                     zoneout_h_weights=op.inputs[7], zoneout_c_weights=op.inputs[8])
     args.update((name, op.get_attr(name)) for name in attrs)
-    outputs = op.outputs
-    if not op.get_attr("is_training"):
+    gradients = _backprop(args, op.outputs, op.get_attr("is_training"), grads, backprop_op,
+                          version, forward_op)
+    others = ([None] if version == 3 else []) + ([None] * 4 if forward_op is not None else [])
+    return gradients + others
+
+
+def _backprop(args, outputs, is_training, grads, backprop_op, version, forward_op):
+    """The gradients of a forward run with `args` (its inputs by name and attributes) that gave
+    `outputs`, w.r.t. input, input_h, input_c and params."""
+    if not is_training:
         # No reserve space: the training forward of the same inputs, without dropout (which
         # inference never applies), gives the same outputs and the reserve space to differentiate
         # (by a Backprop told the same dropout rate).
@@ -54,8 +64,7 @@ def _cudnn_rnn_grad(op, grads, backprop_op, version, forward_op=None):
     input_grad, h_grad, c_grad, params_grad = library.op(backprop_op)(**args)
     if args["rnn_mode"] not in ("lstm", b"lstm"):  # input_c is unused (any shape): zero gradient
         c_grad = tf.zeros_like(args["input_c"])
-    others = ([None] if version == 3 else []) + ([None] * 4 if forward_op is not None else [])
-    return [input_grad, h_grad, c_grad, params_grad] + others
+    return [input_grad, h_grad, c_grad, params_grad]
 
 
 @tf.RegisterGradient(OP_NAMESPACE + "CudnnRNN")
@@ -79,20 +88,50 @@ def _cudnn_rnn_v3_keras_grad(op, *grads):
                            forward_op="CudnnRNNV3Keras")
 
 
+@tf.RegisterGradient(OP_NAMESPACE + "KerasRNN")
+def _keras_rnn_grad(op, *grads):
+    """CudnnRNNV3Keras's gradient (docs/cudnn_rnn.md §6.6) on the params of KerasRNN's weights,
+    whose reserve space it shares, to every order; the params' gradient back in Keras' layout
+    (KerasToCudnnParams' gradient)."""
+    x, input_h, input_c, kernel, recurrent_kernel, bias = op.inputs[:6]
+    args = dict(input=x, input_h=input_h, input_c=input_c, sequence_lengths=op.inputs[6],
+                input_masks=op.inputs[7], recurrent_masks=op.inputs[8],
+                zoneout_h_weights=op.inputs[9], zoneout_c_weights=op.inputs[10])
+    args.update((name, op.get_attr(name)) for name in ("rnn_mode", "time_major") + _KERAS_ATTRS)
+    outputs = op.outputs
+    if not op.get_attr("is_training"):  # the same forward, training (see _backprop)
+        with tf.name_scope("recomputed_forward"):
+            outputs = library.op("KerasRNN")(**args, kernel=kernel,
+                                             recurrent_kernel=recurrent_kernel, bias=bias,
+                                             is_training=True)
+    args["params"] = library.op("KerasToCudnnParams")(
+        kernel=kernel, recurrent_kernel=recurrent_kernel, bias=bias, rnn_mode=args["rnn_mode"])
+    input_grad, h_grad, c_grad, params_grad = _backprop(
+        args, outputs, True, grads, "CudnnRNNBackpropV3Keras", 3, "CudnnRNNV3Keras")
+    weight_grads = _params_to_keras(params_grad, kernel, recurrent_kernel, bias,
+                                    args["rnn_mode"])
+    return [input_grad, h_grad, c_grad] + list(weight_grads) + [None] * 5
+
+
+def _params_to_keras(params_grad, kernel, recurrent_kernel, bias, rnn_mode):
+    """The gradient of KerasToCudnnParams(kernel, recurrent_kernel, bias) from its params'."""
+    input_size, num_units = kernel.shape[0], recurrent_kernel.shape[0]
+    if input_size is None or num_units is None or bias.shape.rank is None:
+        raise ValueError(
+            "Keras' weights are differentiated only with static kernel and recurrent_kernel "
+            "sizes and bias rank; got kernel %s, recurrent_kernel %s, bias %s"
+            % (kernel.shape, recurrent_kernel.shape, bias.shape))
+    return library.op("CudnnParamsToKeras")(
+        params=params_grad, rnn_mode=rnn_mode, input_size=input_size, num_units=num_units,
+        bias_rows=bias.shape.rank)
+
+
 # The Keras weight conversions (docs/cudnn_rnn.md §6.5) are linear, and each is the other's
 # adjoint, so each one's gradient is the other (to every order).
 @tf.RegisterGradient(OP_NAMESPACE + "KerasToCudnnParams")
 def _keras_to_cudnn_params_grad(op, params_grad):
     kernel, recurrent_kernel, bias = op.inputs
-    input_size, num_units = kernel.shape[0], recurrent_kernel.shape[0]
-    if input_size is None or num_units is None or bias.shape.rank is None:
-        raise ValueError(
-            "KerasToCudnnParams is differentiated only with static kernel and recurrent_kernel "
-            "sizes and bias rank; got kernel %s, recurrent_kernel %s, bias %s"
-            % (kernel.shape, recurrent_kernel.shape, bias.shape))
-    return library.op("CudnnParamsToKeras")(
-        params=params_grad, rnn_mode=op.get_attr("rnn_mode"), input_size=input_size,
-        num_units=num_units, bias_rows=bias.shape.rank)
+    return _params_to_keras(params_grad, kernel, recurrent_kernel, bias, op.get_attr("rnn_mode"))
 
 
 @tf.RegisterGradient(OP_NAMESPACE + "CudnnParamsToKeras")

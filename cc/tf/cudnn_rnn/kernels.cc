@@ -57,19 +57,23 @@ struct RnnAttrs {
     TF_RETURN_IF_ERROR(ctx->GetAttr("rnn_mode", &mode));
     mode_name = mode;
     this->mode = RnnModeNamed(mode);
-    TF_RETURN_IF_ERROR(ctx->GetAttr("input_mode", &input_mode));
-    TF_RETURN_IF_ERROR(ctx->GetAttr("direction", &direction));
-    num_dirs = direction == "bidirectional" ? 2 : 1;
-    TF_RETURN_IF_ERROR(ctx->GetAttr("dropout", &dropout));
-    if (!(dropout >= 0 && dropout <= 1)) {  // 1: every input of layers 1..L-1 dropped, as TF
-      return absl::InvalidArgumentError(
-          absl::StrCat("dropout must be in [0, 1] but is ", dropout));
+    if (!ctx->HasAttr("input_mode")) {  // KerasRNN: one layer, one direction, linear input
+      input_mode = "linear_input";
+    } else {
+      TF_RETURN_IF_ERROR(ctx->GetAttr("input_mode", &input_mode));
+      TF_RETURN_IF_ERROR(ctx->GetAttr("direction", &direction));
+      num_dirs = direction == "bidirectional" ? 2 : 1;
+      TF_RETURN_IF_ERROR(ctx->GetAttr("dropout", &dropout));
+      if (!(dropout >= 0 && dropout <= 1)) {  // 1: every input of layers 1..L-1 dropped, as TF
+        return absl::InvalidArgumentError(
+            absl::StrCat("dropout must be in [0, 1] but is ", dropout));
+      }
+      int seed_attr, seed2_attr;
+      TF_RETURN_IF_ERROR(ctx->GetAttr("seed", &seed_attr));
+      TF_RETURN_IF_ERROR(ctx->GetAttr("seed2", &seed2_attr));
+      seed = (static_cast<uint64_t>(static_cast<uint32_t>(seed_attr)) << 32) |
+             static_cast<uint32_t>(seed2_attr);  // as TF combines them
     }
-    int seed_attr, seed2_attr;
-    TF_RETURN_IF_ERROR(ctx->GetAttr("seed", &seed_attr));
-    TF_RETURN_IF_ERROR(ctx->GetAttr("seed2", &seed2_attr));
-    seed = (static_cast<uint64_t>(static_cast<uint32_t>(seed_attr)) << 32) |
-           static_cast<uint32_t>(seed2_attr);  // as TF combines them
     if (ctx->HasAttr("num_proj")) {
       int proj;
       TF_RETURN_IF_ERROR(ctx->GetAttr("num_proj", &proj));
@@ -150,15 +154,15 @@ struct RnnAttrs {
 };
 
 // The model and run sizes of a forward or backprop call, validated (docs/cudnn_rnn.md §3,
-// docs/validation.md §4.2).
+// docs/validation.md §4.2). params is null for KerasRNN (ResolveKerasWeights checks its weights).
 absl::Status ResolveRun(const RnnAttrs& attrs, const Tensor& input, const Tensor& input_h,
-                        const Tensor& input_c, const Tensor& params, const Tensor* seq_lengths,
+                        const Tensor& input_c, const Tensor* params, const Tensor* seq_lengths,
                         RnnModel* m, RnnRun* run) {
   const bool lstm = attrs.mode == RnnMode::kLstm;
   TF_RETURN_IF_ERROR(CheckRank(input, "input", 3, "RNN input must be a 3-D vector."));
   TF_RETURN_IF_ERROR(CheckRank(input_h, "input_h", 3, "RNN input_h must be a 3-D vector."));
   if (lstm) TF_RETURN_IF_ERROR(CheckRank(input_c, "input_c", 3));
-  TF_RETURN_IF_ERROR(CheckRank(params, "params", 1));
+  if (params != nullptr) TF_RETURN_IF_ERROR(CheckRank(*params, "params", 1));
   const int time_axis = attrs.time_major ? 0 : 1, batch_axis = 1 - time_axis;
   run->time = input.dim_size(time_axis);
   run->batch = input.dim_size(batch_axis);
@@ -211,13 +215,13 @@ absl::Status ResolveRun(const RnnAttrs& attrs, const Tensor& input, const Tensor
   }
   // As TF's GPU kernels: a longer buffer (a layer's params built for a wider input) is used
   // through its first `expected` elements; a shorter one is an error (TF reads past its end).
-  if (params.dim_size(0) < expected) {
+  if (params != nullptr && params->dim_size(0) < expected) {
     return absl::InvalidArgumentError(absl::StrCat(
         "params must have at least ", expected, " elements (CudnnRNNParamsSize of ",
         attrs.mode_name, ", ", m->num_layers, " layer(s), num_units ", m->num_units,
         ", input_size ", m->input_size, ", ", D, " direction(s)",
         m->has_proj() ? absl::StrCat(", num_proj ", m->num_proj) : "", ") but has shape ",
-        params.shape().DebugString()));
+        params->shape().DebugString()));
   }
   int64_t unused;
   TF_RETURN_IF_ERROR(
@@ -331,9 +335,68 @@ absl::Status ResolveKerasInputs(OpKernelContext* ctx, RnnModel* m, RnnRun* run) 
   return ResolveZoneout(*zoneout_h, *zoneout_c, m, run);
 }
 
-// Whether a kernel's op is a *V3Keras op (operand masks and zoneout weights after V3's inputs).
+// Whether a kernel's op is a *V3Keras op or KerasRNN (operand masks and zoneout weights after
+// the sequence lengths).
 bool TakesOperandMasks(OpKernelConstruction* ctx) {
-  return absl::EndsWith(ctx->def().op(), "V3Keras");
+  return absl::EndsWith(ctx->def().op(), "V3Keras") || absl::EndsWith(ctx->def().op(), "KerasRNN");
+}
+
+// Keras' weights of a one-layer model (docs/cudnn_rnn.md §6.5): kernel [I, G*H],
+// recurrent_kernel [H, G*H], bias [G*H] or [2, G*H], ranks first. I and H are the model's, or
+// -1 to read them off kernel and recurrent_kernel; returns them and the bias rows.
+absl::Status CheckKerasWeights(RnnMode mode, const Tensor& kernel, const Tensor& recurrent_kernel,
+                               const Tensor& bias, int64_t* input_size, int64_t* num_units,
+                               int* bias_rows) {
+  TF_RETURN_IF_ERROR(CheckRank(kernel, "kernel", 2));
+  TF_RETURN_IF_ERROR(CheckRank(recurrent_kernel, "recurrent_kernel", 2));
+  if (bias.dims() != 1 && bias.dims() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bias must be rank 1 ([gates * num_units]) or 2 ([2, gates * num_units]) but has shape ",
+        bias.shape().DebugString()));
+  }
+  if (*input_size < 0) *input_size = kernel.dim_size(0);
+  if (*num_units < 0) *num_units = recurrent_kernel.dim_size(0);
+  const int64_t I = *input_size, H = *num_units;
+  int64_t width;  // G * H
+  TF_RETURN_IF_ERROR(CheckedProduct({GatesOf(mode), H}, "gates * num_units", &width));
+  TF_RETURN_IF_ERROR(CheckShape(recurrent_kernel, "recurrent_kernel",
+                                {{H, "num_units"}, {width, "gates * num_units"}}));
+  TF_RETURN_IF_ERROR(
+      CheckShape(kernel, "kernel", {{I, "input_size"}, {width, "gates * num_units"}}));
+  *bias_rows = bias.dims() == 1 ? 1 : 2;
+  if (*bias_rows == 1) return CheckShape(bias, "bias", {{width, "gates * num_units"}});
+  return CheckShape(bias, "bias", {{2, "2"}, {width, "gates * num_units"}});
+}
+
+// KerasRNN's weights (inputs 3-5) for the run: read in place by the CPU engine where it can
+// (KerasWeightsInPlace), else converted into `converted` (params of the one-layer model).
+template <typename Device, typename T>
+absl::Status ReadKerasWeights(OpKernelContext* ctx, const RnnModel& m, RnnRun* run,
+                              Tensor* converted, const T** params) {
+  const Tensor &kernel = ctx->input(3), &recurrent_kernel = ctx->input(4), &bias = ctx->input(5);
+  if (m.num_layers != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input_h must have shape ",
+        run->time_major ? "[1, batch_size, num_units]" : "[batch_size, 1, num_units]",
+        " (KerasRNN runs one layer) but has shape ", ctx->input(1).shape().DebugString()));
+  }
+  int64_t I = m.input_size, H = m.num_units;
+  int bias_rows;
+  TF_RETURN_IF_ERROR(CheckKerasWeights(m.mode, kernel, recurrent_kernel, bias, &I, &H, &bias_rows));
+  if (std::is_same_v<Device, CPUDevice> && KerasWeightsInPlace(m)) {
+    run->keras = {kernel.tensor_data().data(), recurrent_kernel.tensor_data().data(),
+                  bias.tensor_data().data(), bias_rows};
+    *params = nullptr;
+    return absl::OkStatus();
+  }
+  int64_t size;
+  TF_RETURN_IF_ERROR(KerasParamsSize(m.mode, I, H, &size));
+  TF_RETURN_IF_ERROR(
+      ctx->allocate_temp(tensorflow::DataTypeToEnum<T>::value, TensorShape({size}), converted));
+  *params = converted->flat<T>().data();
+  return KerasParams<Device, T>().ToParams(ctx, m.mode, I, H, bias_rows, kernel.flat<T>().data(),
+                                          recurrent_kernel.flat<T>().data(),
+                                          bias.flat<T>().data(), converted->flat<T>().data());
 }
 
 TensorShape OutputShape(const RnnModel& m, const RnnRun& run) {
@@ -353,8 +416,9 @@ absl::Status CheckReserve(const Tensor& reserve, const RnnReserveHeader& expecte
       "dtype"));
 }
 
-// CudnnRNN (kVersion 1), CudnnRNNV2 (2), CudnnRNNV3 (3).
-template <typename Device, typename T, int kVersion>
+// CudnnRNN (kVersion 1), CudnnRNNV2 (2), CudnnRNNV3 (3) and its *Keras ops; KerasRNN (3 with
+// kKerasWeights: Keras' weights instead of params, docs/cudnn_rnn.md §6.6).
+template <typename Device, typename T, int kVersion, bool kKerasWeights = false>
 class CudnnRNNForwardOp : public OpKernel {
  public:
   explicit CudnnRNNForwardOp(OpKernelConstruction* ctx)
@@ -370,12 +434,18 @@ class CudnnRNNForwardOp : public OpKernel {
     const Tensor& input = ctx->input(0);
     const Tensor& input_h = ctx->input(1);
     const Tensor& input_c = ctx->input(2);
-    const Tensor& params = ctx->input(3);
-    const Tensor* seq_lengths = kVersion == 3 ? &ctx->input(4) : nullptr;
+    // KerasRNN takes kernel, recurrent_kernel and bias where the others take params.
+    const Tensor* params = kKerasWeights ? nullptr : &ctx->input(3);
+    const Tensor* seq_lengths = kVersion == 3 ? &ctx->input(kKerasWeights ? 6 : 4) : nullptr;
     RnnModel m;
     RnnRun run;
     OP_REQUIRES_OK(ctx, ResolveRun(attrs_, input, input_h, input_c, params, seq_lengths, &m, &run));
     if (takes_masks_) OP_REQUIRES_OK(ctx, ResolveKerasInputs(ctx, &m, &run));
+    const T* params_data = params ? params->flat<T>().data() : nullptr;
+    Tensor converted;
+    if constexpr (kKerasWeights) {
+      OP_REQUIRES_OK(ctx, ReadKerasWeights<Device, T>(ctx, m, &run, &converted, &params_data));
+    }
     const bool lstm = m.mode == RnnMode::kLstm;
     // Inference on the CPU: a workspace of the states only, no saved gates written.
     run.keeps_gates = attrs_.is_training || !std::is_same_v<Device, CPUDevice>;
@@ -416,7 +486,7 @@ class CudnnRNNForwardOp : public OpKernel {
     OP_REQUIRES_OK(ctx, CudnnRnnForward<Device, T>()(
                             ctx, m, run, dropout, input.flat<T>().data(),
                             input_h.flat<T>().data(), lstm ? input_c.flat<T>().data() : nullptr,
-                            params.flat<T>().data(), output->flat<T>().data(),
+                            params_data, output->flat<T>().data(),
                             output_h->flat<T>().data(), lstm ? output_c->flat<T>().data() : nullptr,
                             workspace));
   }
@@ -448,7 +518,7 @@ class CudnnRNNBackpropOp : public OpKernel {
     if (kVersion == 3) OP_REQUIRES_OK(ctx, ctx->input("sequence_lengths", &seq_lengths));
     RnnModel m;
     RnnRun run;
-    OP_REQUIRES_OK(ctx, ResolveRun(attrs_, *in[0], *in[1], *in[2], *in[3], seq_lengths, &m, &run));
+    OP_REQUIRES_OK(ctx, ResolveRun(attrs_, *in[0], *in[1], *in[2], in[3], seq_lengths, &m, &run));
     if (takes_masks_) OP_REQUIRES_OK(ctx, ResolveKerasInputs(ctx, &m, &run));
     const bool lstm = m.mode == RnnMode::kLstm;
 
@@ -541,7 +611,7 @@ class CudnnRNNDropoutKeptOp : public OpKernel {
     RnnModel m;
     RnnRun run;
     OP_REQUIRES_OK(ctx, ResolveRun(attrs_, ctx->input(0), ctx->input(1), ctx->input(2),
-                                   ctx->input(3), &ctx->input(4), &m, &run));
+                                   &ctx->input(3), &ctx->input(4), &m, &run));
     using Acc = AccFor<T>;
     const RnnDropout dropout{attrs_.dropout, attrs_.seed, 0};
     const RnnReserveHeader expected = MakeReserveHeader(m, run, dropout, sizeof(T), sizeof(Acc));
@@ -795,25 +865,10 @@ class KerasToCudnnParamsOp : public OpKernel {
     const Tensor& kernel = ctx->input(0);
     const Tensor& recurrent_kernel = ctx->input(1);
     const Tensor& bias = ctx->input(2);
-    OP_REQUIRES_OK(ctx, CheckRank(kernel, "kernel", 2));
-    OP_REQUIRES_OK(ctx, CheckRank(recurrent_kernel, "recurrent_kernel", 2));
-    OP_REQUIRES(ctx, bias.dims() == 1 || bias.dims() == 2,
-                absl::InvalidArgumentError(absl::StrCat(
-                    "bias must be rank 1 ([gates * num_units]) or 2 ([2, gates * num_units]) "
-                    "but has shape ", bias.shape().DebugString())));
-    const int64_t H = recurrent_kernel.dim_size(0), I = kernel.dim_size(0);
-    int64_t width;  // G * H
-    OP_REQUIRES_OK(ctx, CheckedProduct({GatesOf(mode_), H}, "gates * num_units", &width));
-    OP_REQUIRES_OK(ctx, CheckShape(recurrent_kernel, "recurrent_kernel",
-                                   {{H, "num_units"}, {width, "gates * num_units"}}));
-    OP_REQUIRES_OK(ctx, CheckShape(kernel, "kernel",
-                                   {{I, "input_size"}, {width, "gates * num_units"}}));
-    const int bias_rows = bias.dims() == 1 ? 1 : 2;
-    if (bias_rows == 1) {
-      OP_REQUIRES_OK(ctx, CheckShape(bias, "bias", {{width, "gates * num_units"}}));
-    } else {
-      OP_REQUIRES_OK(ctx, CheckShape(bias, "bias", {{2, "2"}, {width, "gates * num_units"}}));
-    }
+    int64_t I = -1, H = -1;  // from kernel and recurrent_kernel
+    int bias_rows;
+    OP_REQUIRES_OK(ctx,
+                   CheckKerasWeights(mode_, kernel, recurrent_kernel, bias, &I, &H, &bias_rows));
     // Fits whenever the tensors exist; checked like every size (and like the way back).
     int64_t size;
     OP_REQUIRES_OK(ctx, KerasParamsSize(mode_, I, H, &size));
@@ -938,8 +993,8 @@ class CudnnParamsToKerasOp : public OpKernel {
       Name("TfLstm>CudnnParamsToKeras").Device(DEVICE_TYPE).TypeConstraint<T>("T"),            \
       CudnnParamsToKerasOp<DEVICE, T>);
 
-// CudnnRNNV3 with Keras' cell options: ours alone, on every device; V3's kernels (the attrs and
-// the operand masks are read where present).
+// CudnnRNNV3 with Keras' cell options, and KerasRNN: ours alone, on every device; V3's kernels
+// (the attrs and the operand masks are read where present).
 #define TF_LSTM_REGISTER_RNN_KERAS(DEVICE, DEVICE_TYPE, HOST, T)                                 \
   REGISTER_KERNEL_BUILDER(Name("TfLstm>CudnnRNNV3Keras")                                        \
                               .Device(DEVICE_TYPE)                                             \
@@ -950,7 +1005,12 @@ class CudnnParamsToKerasOp : public OpKernel {
                               .Device(DEVICE_TYPE)                                             \
                               .TypeConstraint<T>("T") HOST("sequence_lengths")                 \
                                   HOST("host_reserved"),                                       \
-                          CudnnRNNBackpropOp<DEVICE, T, 3>);
+                          CudnnRNNBackpropOp<DEVICE, T, 3>);                                   \
+  REGISTER_KERNEL_BUILDER(Name("TfLstm>KerasRNN")                                               \
+                              .Device(DEVICE_TYPE)                                             \
+                              .TypeConstraint<T>("T") HOST("sequence_lengths")                 \
+                                  HOST("host_reserved"),                                       \
+                          CudnnRNNForwardOp<DEVICE, T, 3, true>);
 
 #define TF_LSTM_CPU_MEMORY(arg)
 #define TF_LSTM_HOST_MEMORY(arg) .HostMemory(arg)

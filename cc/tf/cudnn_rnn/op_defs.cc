@@ -35,15 +35,23 @@ int NumDirs(InferenceContext* c) {
 
 // output = [input.d0, input.d1, D * input_h.d2]; output_h like input_h; output_c like input_c
 // (V3) or input_h (V1/V2) for LSTM, a scalar otherwise; reserve space and host_reserved unknown.
-absl::Status ForwardShape(InferenceContext* c, bool v3) {
-  ShapeHandle input, input_h, input_c, params, unused;
+// keras_weights: KerasRNN's kernel, recurrent_kernel and bias (V3's inputs otherwise).
+absl::Status ForwardShape(InferenceContext* c, bool v3, bool keras_weights = false) {
+  ShapeHandle input, input_h, input_c, unused;
   TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 3, &input));
   TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 3, &input_h));
-  TF_RETURN_IF_ERROR(c->WithRank(c->input(3), 1, &params));
+  if (keras_weights) {
+    TF_RETURN_IF_ERROR(c->WithRank(c->input(3), 2, &unused));  // kernel
+    TF_RETURN_IF_ERROR(c->WithRank(c->input(4), 2, &unused));  // recurrent_kernel
+    TF_RETURN_IF_ERROR(c->WithRankAtLeast(c->input(5), 1, &unused));  // bias
+    TF_RETURN_IF_ERROR(c->WithRankAtMost(c->input(5), 2, &unused));
+  } else {
+    TF_RETURN_IF_ERROR(c->WithRank(c->input(3), 1, &unused));  // params
+  }
   const bool lstm = IsLstm(c);
   input_c = input_h;
   if (v3) {
-    TF_RETURN_IF_ERROR(c->WithRank(c->input(4), 1, &unused));  // sequence_lengths
+    TF_RETURN_IF_ERROR(c->WithRank(c->input(keras_weights ? 6 : 4), 1, &unused));  // lengths
     if (lstm) TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 3, &input_c));
   }
   DimensionHandle width;
@@ -215,6 +223,30 @@ REGISTER_OP("TfLstm>CudnnRNNV3Keras")
     .Attr("is_training: bool = true")
     .Attr("time_major: bool = true") TF_LSTM_RNN_KERAS_CELL_ATTRS
     .SetShapeFn([](InferenceContext* c) { return ForwardShape(c, true); });
+
+// KerasRNN (ours alone; docs/cudnn_rnn.md §6.6): CudnnRNNV3Keras of the one-layer, one-direction
+// model a Keras layer describes, on the layer's weights as Keras stores them instead of params:
+// kernel [input_size, gates * num_units], recurrent_kernel [num_units, gates * num_units] and
+// bias [gates * num_units] (b_R; b_W = 0) or [2, gates * num_units] (b_W, b_R), Keras' gate
+// order (LSTM i, f, c, o; GRU z, r, h). The CPU engine reads them in place (every mode but GRU),
+// so a layer call copies no weights. Outputs and reserve space are CudnnRNNV3Keras's, whose
+// Backprop takes them with KerasToCudnnParams of the weights.
+REGISTER_OP("TfLstm>KerasRNN")
+    .Input("input: T")
+    .Input("input_h: T")
+    .Input("input_c: T")
+    .Input("kernel: T")
+    .Input("recurrent_kernel: T")
+    .Input("bias: T")
+    .Input("sequence_lengths: int32") TF_LSTM_RNN_OPERAND_MASKS TF_LSTM_RNN_ZONEOUT
+    .Output("output: T")
+    .Output("output_h: T")
+    .Output("output_c: T")
+    .Output("reserve_space: T")
+    .Output("host_reserved: int8")
+    .Attr(kTypes).Attr(kMode).Attr("is_training: bool = true")
+    .Attr("time_major: bool = true") TF_LSTM_RNN_KERAS_CELL_ATTRS
+    .SetShapeFn([](InferenceContext* c) { return ForwardShape(c, true, true); });
 
 REGISTER_OP("TfLstm>CudnnRNNBackpropV3Keras")
     TF_LSTM_RNN_V3_BACKPROP_IO TF_LSTM_RNN_OPERAND_MASKS TF_LSTM_RNN_ZONEOUT

@@ -1,0 +1,223 @@
+"""KerasRNN (docs/cudnn_rnn.md §6.6): CudnnRNNV3Keras on Keras' weights as Keras stores them,
+which the Keras layers run. Its results and gradients (to second order) against CudnnRNNV3Keras
+on the same weights converted by KerasToCudnnParams (itself checked against the float64
+reference and Keras elsewhere), for every mode, both bias layouts, batches read in place and
+packed, lengths, masks, zoneout and Keras' activations; and every bad weight as an
+InvalidArgumentError naming it."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_lstm_ops._loader import library
+from tools.references import cudnn_rnn as R
+
+GATES = R.GATES
+
+
+def make_case(rng, mode, B, I=3, H=4, T=5, bias_rows=1, time_major=False, lengths=False,
+              masks=False, zoneout=False, activation="", recurrent_activation="",
+              dtype="float64"):
+    """KerasRNN's arguments as tensors, and its attributes."""
+    G = GATES[mode] * H
+    lstm = mode == "lstm"
+    x_shape = (T, B, I) if time_major else (B, T, I)
+    state = (1, B, H) if time_major else (B, 1, H)
+
+    def t(v):
+        return tf.constant(R.round_to(np.asarray(v, np.float64), dtype), R.tf_dtype(dtype))
+
+    empty = t(np.zeros([0]))
+    zone_shape = (T, B, H) if time_major else (B, T, H)
+    args = dict(
+        input=t(rng.uniform(-1, 1, x_shape)),
+        input_h=t(rng.uniform(-0.8, 0.8, state)),
+        input_c=t(rng.uniform(-1, 1, state) if lstm else np.zeros(())),
+        kernel=t(rng.uniform(-0.5, 0.5, (I, G))),
+        recurrent_kernel=t(rng.uniform(-0.5, 0.5, (H, G))),
+        bias=t(rng.uniform(-0.5, 0.5, (G,) if bias_rows == 1 else (2, G))),
+        sequence_lengths=tf.constant(
+            rng.integers(0, T + 1, B) if lengths else np.full(B, T), tf.int32),
+        input_masks=t(rng.integers(0, 2, (GATES[mode], B, I)) * 1.25) if masks else empty,
+        recurrent_masks=t(rng.integers(0, 2, (GATES[mode], B, H)) * 1.25) if masks else empty,
+        zoneout_h_weights=t(rng.integers(0, 2, zone_shape)) if zoneout else empty,
+        zoneout_c_weights=t(rng.integers(0, 2, zone_shape)) if zoneout and lstm else empty,
+    )
+    attrs = dict(rnn_mode=mode, time_major=time_major, activation=activation,
+                 recurrent_activation=recurrent_activation)
+    return args, attrs
+
+
+def keras_rnn(args, attrs, is_training=True):
+    return library.op("KerasRNN")(**args, **attrs, is_training=is_training)
+
+
+def converted(args, attrs, is_training=True):
+    """The same run on CudnnRNNV3Keras with the weights as params."""
+    args = dict(args)
+    params = library.op("KerasToCudnnParams")(
+        kernel=args.pop("kernel"), recurrent_kernel=args.pop("recurrent_kernel"),
+        bias=args.pop("bias"), rnn_mode=attrs["rnn_mode"])
+    return library.op("CudnnRNNV3Keras")(**args, params=params, **attrs,
+                                         is_training=is_training)
+
+
+DIFFERENTIABLE = ("input", "input_h", "input_c", "kernel", "recurrent_kernel", "bias")
+
+
+def cotangent(y, k):
+    """A fixed, varied weight per element of output k."""
+    return tf.reshape(tf.cos(tf.cast(tf.range(tf.size(y)), y.dtype) * 0.7 + k), tf.shape(y))
+
+
+def gradients(run, args, attrs, is_training, second_order=False):
+    """d<w, outputs>/d(differentiable inputs) (and, second_order, the gradient of their squared
+    norm) with fixed random cotangents w."""
+    lstm = attrs["rnn_mode"] == "lstm"
+    watched = [args[k] for k in DIFFERENTIABLE if lstm or k != "input_c"]
+    with tf.GradientTape() as outer:
+        outer.watch(watched)
+        with tf.GradientTape() as tape:
+            tape.watch(watched)
+            out = run(args, attrs, is_training)
+            ys = [out.output, out.output_h] + ([out.output_c] if lstm else [])
+            loss = tf.add_n([tf.reduce_sum(y * cotangent(y, k)) for k, y in enumerate(ys)])
+        first = tape.gradient(loss, watched)
+        norm = tf.add_n([tf.reduce_sum(g * g) for g in first])
+    second = outer.gradient(norm, watched) if second_order else []
+    return [g.numpy() for g in first], [g.numpy() for g in second]
+
+
+def assert_close(got, want, dtype, what):
+    tol = {"float64": 1e-12, "float32": 2e-6, "half": 2e-3, "bfloat16": 2e-2}[dtype]
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    scale = max(1.0, np.abs(want).max()) if want.size else 1.0
+    np.testing.assert_allclose(got, want, rtol=0, atol=tol * scale, err_msg=what)
+
+
+CASES = [
+    dict(mode=mode, B=B, bias_rows=rows, time_major=tm, lengths=lengths)
+    for mode in GATES
+    for B, rows, tm, lengths in ((1, 1, False, False), (2, 2, True, True), (5, 1, True, False),
+                                 (6, 2, False, True))
+] + [
+    dict(mode="lstm", B=3, masks=True, lengths=True),
+    dict(mode="lstm", B=7, masks=True, zoneout=True, activation="relu",
+         recurrent_activation="hard_sigmoid"),
+    dict(mode="rnn_tanh", B=1, zoneout=True, masks=True, activation="elu"),
+    dict(mode="rnn_relu", B=4, masks=True, lengths=True),
+    dict(mode="gru", B=2, masks=True, zoneout=True, bias_rows=2, activation="softsign"),
+    dict(mode="lstm", B=1, I=0, H=4),  # zero-width input
+    dict(mode="lstm", B=20, I=33, H=40, T=3),  # partial tiles, several unit slices
+]
+
+
+def case_id(case):
+    return "-".join("%s%s" % (k, v) for k, v in case.items())
+
+
+@pytest.mark.parametrize("is_training", [True, False])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_equals_cudnn_rnn_v3_keras_on_the_converted_weights(rng, case, dtype, is_training):
+    args, attrs = make_case(rng, dtype=dtype, **case)
+    got, want = keras_rnn(args, attrs, is_training), converted(args, attrs, is_training)
+    names = ("output", "output_h") + (("output_c",) if case["mode"] == "lstm" else ())
+    for name in names:
+        assert_close(getattr(got, name), getattr(want, name), dtype, name)
+    if is_training:  # the same reserve space: the Backprop of either reads the other's
+        assert got.reserve_space.shape == want.reserve_space.shape
+
+
+@pytest.mark.parametrize("dtype", ["half", "bfloat16"])
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+def test_16_bit_storage(rng, mode, dtype):
+    args, attrs = make_case(rng, mode, B=2, lengths=True, dtype=dtype)
+    got, want = keras_rnn(args, attrs), converted(args, attrs)
+    assert got.output.dtype == R.tf_dtype(dtype)
+    assert_close(got.output, want.output, dtype, "output")
+    assert_close(got.output_h, want.output_h, dtype, "output_h")
+
+
+@pytest.mark.parametrize("is_training", [True, False])
+@pytest.mark.parametrize("case", [CASES[k] for k in (0, 5, 10, 14, 16, 17, 18, 20, 21)],
+                         ids=case_id)
+def test_gradients_to_second_order_equal_the_converted_run(rng, case, is_training):
+    args, attrs = make_case(rng, dtype="float64", **case)
+    first, second = gradients(keras_rnn, args, attrs, is_training, second_order=True)
+    first_want, second_want = gradients(converted, args, attrs, is_training, second_order=True)
+    for k, (g, w) in enumerate(zip(first + second, first_want + second_want)):
+        assert_close(g, w, "float64", "gradient %d" % k)
+
+
+def test_gradient_of_a_function_and_of_unknown_lengths(rng):
+    args, attrs = make_case(rng, "lstm", B=3, lengths=True, dtype="float64")
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None, 3], tf.float64),
+                                  tf.TensorSpec([None], tf.int32)])
+    def grad(x, lengths):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            out = keras_rnn(dict(args, input=x, sequence_lengths=lengths), attrs)
+            loss = tf.reduce_sum(out.output ** 2) + tf.reduce_sum(out.output_c)
+        return tape.gradient(loss, x)
+
+    x = args["input"]
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        out = converted(args, attrs)
+        loss = tf.reduce_sum(out.output ** 2) + tf.reduce_sum(out.output_c)
+    assert_close(grad(x, args["sequence_lengths"]), tape.gradient(loss, x), "float64", "dx")
+
+
+def bad(rng, mode="lstm", **changes):
+    args, attrs = make_case(rng, mode, B=2)
+    args.update({k: tf.constant(v, tf.float64) for k, v in changes.items()})
+    return args, attrs
+
+
+@pytest.mark.parametrize("changes,message", [
+    (dict(kernel=np.zeros([3])), "kernel must be rank 2"),
+    (dict(kernel=np.zeros([4, 16])), r"kernel.*\[4,16\]"),
+    (dict(kernel=np.zeros([3, 12])), r"kernel.*\[3,12\]"),
+    (dict(recurrent_kernel=np.zeros([4, 4, 4])), "recurrent_kernel must be rank 2"),
+    (dict(recurrent_kernel=np.zeros([5, 16])), r"recurrent_kernel.*\[5,16\]"),
+    (dict(recurrent_kernel=np.zeros([4, 20])), r"recurrent_kernel.*\[4,20\]"),
+    (dict(bias=np.zeros([])), "bias must be rank 1"),
+    (dict(bias=np.zeros([2, 2, 16])), "bias must be rank 1"),
+    (dict(bias=np.zeros([15])), r"bias.*\[15\]"),
+    (dict(bias=np.zeros([3, 16])), r"bias.*\[3,16\]"),
+    (dict(input_h=np.zeros([2, 2, 4]), input_c=np.zeros([2, 2, 4])),
+     r"input_h must have shape \[batch_size, 1, num_units\].*one layer"),
+])
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_bad_weights_name_the_argument(rng, mode, changes, message):
+    # (in a function of unknown shapes: the kernel's check, not shape inference's)
+    args, attrs = bad(rng, **changes)
+    run = (lambda kw: keras_rnn(kw, attrs).output) if mode == "eager" else tf.function(
+        lambda kw: keras_rnn(kw, attrs).output,
+        input_signature=[{k: tf.TensorSpec(None, v.dtype) for k, v in args.items()}])
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        run(args)
+
+
+def test_bad_weights_of_the_converted_path_name_the_argument(rng):
+    # The GRU (converted inside the kernel) checks its weights the same way.
+    args, attrs = bad(rng, "gru", recurrent_kernel=np.zeros([4, 16]))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"recurrent_kernel.*\[4,16\]"):
+        keras_rnn(args, attrs)
+
+
+def test_static_shapes(rng):
+    args, attrs = make_case(rng, "lstm", B=2, dtype="float32")
+
+    @tf.function
+    def shapes(**kw):
+        out = keras_rnn(kw, attrs)
+        return out
+
+    concrete = shapes.get_concrete_function(**args)
+    outputs = concrete.structured_outputs
+    assert outputs.output.shape.as_list() == [2, 5, 4]
+    assert outputs.output_h.shape.as_list() == [2, 1, 4]
+    assert outputs.output_c.shape.as_list() == [2, 1, 4]
