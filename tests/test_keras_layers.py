@@ -110,10 +110,10 @@ def test_sequences_states_and_gradients_equal_keras(rng, kind, use_mask, go_back
 
 
 def _op_is_training(fn, *args):
-    """The is_training attribute of every CudnnRNNV3 op in fn's graph."""
+    """The is_training attribute of every CudnnRNNV3 or KerasRNN op in fn's graph."""
     graph = tf.function(fn).get_concrete_function(*args).graph
     return [op.get_attr("is_training") for op in graph.get_operations()
-            if op.type.endswith("CudnnRNNV3")]
+            if op.type.endswith(("CudnnRNNV3", "KerasRNN"))]
 
 
 @pytest.mark.parametrize("kind", ["lstm", "gru", "rnn_tanh", "cudnn_lstm"])
@@ -300,7 +300,7 @@ def test_every_mask_pattern_runs_the_kernel_and_equals_keras(rng, caplog, kind, 
                     [tf.TensorSpec([None, H], tf.float32)] * n_states(kind)])
                 outs, grads = run(x, mask, cot, init)
                 types = _graph_op_types(run, x, mask, cot, init)
-                assert any(t.endswith("CudnnRNNV3") for t in types)
+                assert any(t.endswith("KerasRNN") for t in types)
                 assert not {"While", "StatelessWhile", "If", "StatelessIf"} & types
             else:
                 outs, grads = run_with_grads(ours, x, init, mask, cot)
@@ -479,11 +479,14 @@ def test_fused_activations_run_the_kernel_and_equal_keras(rng, caplog, kind, act
                          what="output")
         assert_all_close([np.asarray(g) for g in grads], grads_k, atol=tol, rtol=tol,
                          what="gradient")
-    # the last layer's activations: cuDNN's own ones run CudnnRNNV3, any other the op with them
+    # the last layer's activations: cuDNN's own ones run the op's cuDNN cells (no activation
+    # attributes), any other the op with them
     cudnn = _activation_id(activation) in (("tanh", "relu") if kind == "rnn_tanh" else
                                            ("sigmoid",))
-    op_types = _graph_op_types(tf.function(lambda x: ours(x)), tf.constant(x))
-    assert any(t.endswith("Keras") for t in op_types) != cudnn, op_types
+    graph = tf.function(lambda x: ours(x)).get_concrete_function(tf.constant(x)).graph
+    attrs = [(op.get_attr("activation"), op.get_attr("recurrent_activation"))
+             for op in graph.get_operations() if op.type.endswith("KerasRNN")]
+    assert attrs and all((a, r) == (b"", b"") for a, r in attrs) == cudnn, attrs
 
 
 @pytest.mark.parametrize("kind", ["lstm", "gru", "rnn_tanh"])

@@ -1,9 +1,9 @@
 """What the Keras 3 (``tf_lstm_ops.keras``) and Keras 2 (``tf_lstm_ops.tf_keras``) drop-in layers
 share, with no Keras import: the fallback warning, a step mask checked against the inputs,
-Keras' weights as the op's cuDNN params buffer, and Keras' RNN loop (``backend.rnn``'s last
-output, outputs and states, masks of any pattern and ``go_backwards`` included) computed by one
-``TfLstm>CudnnRNNV3`` op (docs/keras_layers.md). Both Keras versions define the loop's results the
-same way.
+Keras' weights as the op takes them, and Keras' RNN loop (``backend.rnn``'s last output, outputs
+and states, masks of any pattern and ``go_backwards`` included) computed by one
+``TfLstm>KerasRNN`` op on the layer's weights as Keras stores them (docs/keras_layers.md). Both
+Keras versions define the loop's results the same way.
 """
 
 import logging
@@ -68,15 +68,15 @@ def mask_lengths(mask, batch, steps):
     return lengths, right_padded
 
 
-def keras_params(rnn_mode, kernel, recurrent_kernel, bias):
-    """A Keras RNN layer's weights as the params buffer of the one-layer model they describe
-    (docs/cudnn_rnn.md §6.5), by one KerasToCudnnParams op (its gradient: CudnnParamsToKeras).
+def keras_weights(kernel, recurrent_kernel, bias):
+    """A Keras RNN layer's weights as KerasRNN takes them (docs/cudnn_rnn.md §6.6), which its CPU
+    kernel reads in place (no copy per call, §6.5's conversion only for the GRU and on the GPU):
     kernel [I, G*H], recurrent_kernel [H, G*H]; bias [G*H] (LSTM, SimpleRNN: b_R, with b_W = 0),
     [2, G*H] (GRU with reset_after: b_W, b_R) or None (no bias: zeros)."""
     if bias is None:
-        bias = tf.zeros([tf.shape(recurrent_kernel)[1]], recurrent_kernel.dtype)
-    return library.op("KerasToCudnnParams")(
-        kernel=kernel, recurrent_kernel=recurrent_kernel, bias=bias, rnn_mode=rnn_mode)
+        bias = tf.zeros([recurrent_kernel.shape[1] if recurrent_kernel.shape[1] is not None
+                         else tf.shape(recurrent_kernel)[1]], recurrent_kernel.dtype)
+    return kernel, recurrent_kernel, bias
 
 
 def is_inference(training):
@@ -87,9 +87,9 @@ def is_inference(training):
 
 
 def keras_cell_attrs(rnn_mode, activation, recurrent_activation=None, reset_after=True):
-    """The CudnnRNNV3Keras attributes for a Keras cell: its activations (the ops' names,
+    """KerasRNN's cell attributes for a Keras cell: its activations (the ops' names,
     docs/cudnn_rnn.md §4.7; recurrent_activation None for a plain RNN) and GRU's reset_after
-    (§4.8); None where the cell is cuDNN's own and CudnnRNNV3 computes it."""
+    (§4.8); None where the cell is cuDNN's own (the op's defaults)."""
     if rnn_mode in ("lstm", "gru"):
         if (activation, recurrent_activation, reset_after) == ("tanh", "sigmoid", True):
             return None
@@ -195,31 +195,32 @@ class ZoneoutLayer:
         return weights
 
 
-def keras_rnn_loop(x, h0, c0, params, mask, rnn_mode, go_backwards, return_sequences,
+def keras_rnn_loop(x, h0, c0, weights, mask, rnn_mode, go_backwards, return_sequences,
                    zero_output_for_mask, training=True, cell_attrs=None, input_masks=None,
                    recurrent_masks=None, zoneout_h=None, zoneout_c=None):
     """Keras' RNN loop over x [B, T, I] (inputs already dropped out) from h0 (and c0 for LSTM),
-    on one CudnnRNNV3 (or CudnnRNNV3Keras) op: masked_rnn_loop's results. `training` is the
+    on one KerasRNN op on `weights` (keras_weights'): masked_rnn_loop's results. `training` is the
     layer call's (is_inference); `cell_attrs` are keras_cell_attrs' (None: cuDNN's cell);
     input_masks / recurrent_masks the per-gate operand masks of Keras' recurrent dropout
     (operand_masks; None: none), the same at every step; zoneout_h / zoneout_c the zoneout
     weights of h and c (ZoneoutLayer._zoneout_weights; None: not zoned)."""
     lstm = rnn_mode == "lstm"
+    kernel, recurrent_kernel, bias = weights
 
     def run(x, seq_lengths, zoneout):
-        keras_options = dict(cell_attrs or {})
         keras_inputs = dict(input_masks=input_masks, recurrent_masks=recurrent_masks,
                             zoneout_h_weights=zoneout[0], zoneout_c_weights=zoneout[1])
-        if keras_options or any(v is not None for v in keras_inputs.values()):
-            none = tf.zeros([0], x.dtype)  # (the empty vector: none)
-            keras_options.update((name, none if v is None else tf.cast(v, x.dtype))
-                                 for name, v in keras_inputs.items())
-        out = library.op("CudnnRNNV3Keras" if keras_options else "CudnnRNNV3")(
-            **keras_options,
+        none = tf.zeros([0], x.dtype)  # (the empty vector: none)
+        out = library.op("KerasRNN")(
+            **dict(cell_attrs or {}),
+            **{name: none if v is None else tf.cast(v, x.dtype)
+               for name, v in keras_inputs.items()},
             input=x,
             input_h=tf.expand_dims(h0, 1),  # [B, 1, H] (batch-major state label)
             input_c=tf.expand_dims(c0, 1) if lstm else tf.zeros([], x.dtype),
-            params=params,
+            kernel=kernel,
+            recurrent_kernel=recurrent_kernel,
+            bias=bias,
             sequence_lengths=seq_lengths,
             rnn_mode=rnn_mode,
             is_training=not is_inference(training),

@@ -1,6 +1,6 @@
 """``LSTM``, ``GRU``, ``SimpleRNN`` for tf_keras (Keras 2: ``TF_USE_LEGACY_KERAS=1``, where
 ``tf.keras`` is tf_keras): drop-ins for ``tf_keras.layers.LSTM`` / ``GRU`` / ``SimpleRNN`` that run
-one fused ``TfLstm>CudnnRNNV3`` op on the sequence.
+one fused ``TfLstm>KerasRNN`` op on the sequence.
 
     import os; os.environ["TF_USE_LEGACY_KERAS"] = "1"
     import tensorflow as tf
@@ -39,7 +39,7 @@ from tf_lstm_ops._fused_rnn import (
     dropout_applies,
     is_inference,
     keras_cell_attrs,
-    keras_params,
+    keras_weights,
     keras_rnn_loop,
     operand_masks,
     step_mask,
@@ -100,11 +100,11 @@ class _FusedCall(ZoneoutLayer):
     def _static_fallback_reason(self):
         raise NotImplementedError
 
-    def _params(self, dtype):
+    def _op_weights(self, dtype):
         cell = self.cell
         bias = self._read(cell.bias, dtype) if cell.use_bias else None
-        return keras_params(self._rnn_mode, self._read(cell.kernel, dtype),
-                            self._read(cell.recurrent_kernel, dtype), bias)
+        return keras_weights(self._read(cell.kernel, dtype),
+                             self._read(cell.recurrent_kernel, dtype), bias)
 
     def _read(self, variable, dtype):
         return _read_variable(variable, dtype)
@@ -122,7 +122,7 @@ class _FusedCall(ZoneoutLayer):
             _activation_name(cell.recurrent_activation) if lstm or self._rnn_mode == "gru"
             else None, getattr(cell, "reset_after", True))
         return keras_rnn_loop(x, states[0], states[1] if lstm else None,
-                              self._params(x.dtype), mask, self._rnn_mode, self.go_backwards,
+                              self._op_weights(x.dtype), mask, self._rnn_mode, self.go_backwards,
                               self.return_sequences, self.zero_output_for_mask, training,
                               cell_attrs, input_masks, recurrent_masks, *zoneout)
 

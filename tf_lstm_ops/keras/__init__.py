@@ -19,7 +19,7 @@ Layers, one module per group (import them from here):
   ``[3H]`` with ``reset_after=False``), the same ``get_config`` and the same saved-weights
   structure: ``ours.set_weights(theirs.get_weights())`` and
   ``ours.load_weights("keras_model.weights.h5")`` work. Every call runs one fused op
-  (``TfLstm>CudnnRNNV3``, or ``TfLstm>CudnnRNNV3Keras`` for Keras' other cell options: the fused
+  (``TfLstm>KerasRNN``, on the weights as Keras stores them, with Keras' cell options: the fused
   activations, ``recurrent_dropout``, ``GRU(reset_after=False)``) forward and backward on the
   sequence instead of Keras' per-step loop; a call the kernel cannot serve (activations outside
   the fused set of tanh, sigmoid, relu, hard_sigmoid, linear, elu, softsign, silu/swish and gelu,
@@ -50,7 +50,7 @@ jit-compile the model on GPU hosts; under XLA the drop-ins run Keras' loop), com
 ``keras.saving.register_keras_serializable(package="tf_lstm_ops")`` and round-trips through
 ``.keras`` files (``import tf_lstm_ops.keras`` before ``keras.saving.load_model``) and
 ``tf.saved_model.save`` (``import tf_lstm_ops`` before ``tf.saved_model.load``: the graphs contain
-the plugin's ``TfLstm>CudnnRNNV3`` ops).
+the plugin's ``TfLstm>`` ops).
 
 What the modules share (registration, the backend check, reading weights and inputs) is in
 ``_common``.

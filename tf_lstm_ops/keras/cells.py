@@ -1,5 +1,5 @@
 """``LSTMCell``, ``GRUCell``, ``SimpleRNNCell``: drop-ins for Keras' cells whose step is one fused
-``TfLstm>CudnnRNNV3`` op (``CudnnRNNV3Keras`` for Keras' other cell options), with zoneout
+``TfLstm>KerasRNN`` op (docs/keras_layers.md), with zoneout
 (docs/keras_layers.md §7): the layers' math one step at a time, for loops that step a cell
 themselves (a decoder stepping its LSTMs inside an attention loop, as Tacotron 2's). In
 ``keras.layers.RNN`` prefer the layers (``tlk.LSTM``: one op for the whole sequence).
@@ -22,7 +22,7 @@ from tf_lstm_ops.keras.drop_in import (
     _gate_activations_reason,
     cell_attrs,
     cell_dropout,
-    cell_params,
+    cell_weights,
     keras_uniform,
 )
 
@@ -52,7 +52,7 @@ class _FusedCellMixin(ZoneoutLayer, _Keras3Only):
         x, input_masks, recurrent_masks = cell_dropout(self, mode, x, states[0], training)
         zoneout = self._zoneout_weights(x, bool(training), keras_uniform(self))
         h, _, new_states = keras_rnn_loop(
-            x, h0, c0, cell_params(self, mode, dtype), None, mode, False, False, False, training,
+            x, h0, c0, cell_weights(self, dtype), None, mode, False, False, False, training,
             cell_attrs(self, mode), input_masks, recurrent_masks, *zoneout)
         return h, new_states if nested or lstm else new_states[0]
 

@@ -1,12 +1,11 @@
 """``LSTM``, ``GRU``, ``SimpleRNN``: drop-in replacements for ``keras.layers.LSTM``,
-``keras.layers.GRU`` and ``keras.layers.SimpleRNN`` that run one fused ``TfLstm>CudnnRNNV3`` op
-(forward and backward) on the sequence instead of Keras' per-step loop
-(``TfLstm>CudnnRNNV3Keras`` for Keras' other cell options: activations other than cuDNN's,
-``GRU(reset_after=False)``, recurrent dropout).
+``keras.layers.GRU`` and ``keras.layers.SimpleRNN`` that run one fused ``TfLstm>KerasRNN`` op
+(forward and backward) on the sequence instead of Keras' per-step loop, with Keras' other cell
+options too (activations other than cuDNN's, ``GRU(reset_after=False)``, recurrent dropout).
 
 They subclass Keras' layers and keep Keras' cell, so they have the same constructor arguments and
-defaults, the same weight variables and the same ``get_config``; each layer converts its cell's
-``kernel``, ``recurrent_kernel`` and ``bias`` to the op's cuDNN params buffer at every call. A call
+defaults, the same weight variables and the same ``get_config``; the op takes its cell's
+``kernel``, ``recurrent_kernel`` and ``bias`` as they are (docs/cudnn_rnn.md §6.6). A call
 the fused kernel cannot serve (activations outside the fused set: tanh, sigmoid, relu,
 hard_sigmoid, linear, elu, softsign, silu/swish, gelu; ``use_cudnn=False``, ``unroll=True``, a
 function compiled by XLA) runs Keras' own implementation instead
@@ -23,7 +22,7 @@ from tf_lstm_ops._fused_rnn import (
     call_fallback_reason,
     dropout_applies,
     keras_cell_attrs,
-    keras_params,
+    keras_weights,
     keras_rnn_loop,
     operand_masks,
     step_mask,
@@ -89,11 +88,10 @@ def _gate_activations_reason(cell):
             or _activation_reason("recurrent_activation", cell.recurrent_activation))
 
 
-def cell_params(cell, rnn_mode, dtype):
-    """A Keras cell's weights as the op's params buffer, in `dtype`."""
+def cell_weights(cell, dtype):
+    """A Keras cell's weights as the op takes them (keras_weights), in `dtype`."""
     bias = _read(cell.bias, dtype) if cell.use_bias else None
-    return keras_params(rnn_mode, _read(cell.kernel, dtype), _read(cell.recurrent_kernel, dtype),
-                        bias)
+    return keras_weights(_read(cell.kernel, dtype), _read(cell.recurrent_kernel, dtype), bias)
 
 
 def cell_attrs(cell, rnn_mode):
@@ -135,7 +133,7 @@ def keras_uniform(cell):
 
 
 class _FusedRNNMixin(ZoneoutLayer, _Keras3Only):
-    """inner_loop for Keras' RNN subclasses: one CudnnRNNV3 op over the whole sequence, returning
+    """inner_loop for Keras' RNN subclasses: one KerasRNN op over the whole sequence, returning
     exactly what Keras' generic backend.rnn loop returns (its (last_output, outputs, states)), or
     the Keras class's own inner_loop for a call the kernel cannot serve."""
 
@@ -178,7 +176,7 @@ class _FusedRNNMixin(ZoneoutLayer, _Keras3Only):
                                                        initial_state[0], training)
         # (drawn after Keras' dropout masks, which so stay those Keras draws)
         zoneout = self._zoneout_weights(x, bool(training), keras_uniform(cell))
-        return keras_rnn_loop(x, h0, c0, cell_params(cell, self._rnn_mode, dtype), mask,
+        return keras_rnn_loop(x, h0, c0, cell_weights(cell, dtype), mask,
                               self._rnn_mode, self.go_backwards, self.return_sequences,
                               self.zero_output_for_mask, training,
                               cell_attrs(cell, self._rnn_mode), input_masks, recurrent_masks,
@@ -190,7 +188,7 @@ class _FusedRNNMixin(ZoneoutLayer, _Keras3Only):
 
 @_register
 class LSTM(_FusedRNNMixin, keras.layers.LSTM):
-    """Drop-in ``keras.layers.LSTM`` running the fused ``TfLstm>CudnnRNNV3`` kernel.
+    """Drop-in ``keras.layers.LSTM`` running the fused ``TfLstm>KerasRNN`` kernel.
 
     Same arguments, defaults, weights (``kernel [I, 4H]``, ``recurrent_kernel [H, 4H]``,
     ``bias [4H]``, gates i, f, c, o) and results as ``keras.layers.LSTM``. Calls the kernel cannot
@@ -269,9 +267,9 @@ class LSTM(_FusedRNNMixin, keras.layers.LSTM):
 
 @_register
 class GRU(_FusedRNNMixin, keras.layers.GRU):
-    """Drop-in ``keras.layers.GRU`` running the fused ``TfLstm>CudnnRNNV3`` kernel (cuDNN's GRU is
-    Keras' "reset after" GRU, its default; ``reset_after=False`` runs
-    ``TfLstm>CudnnRNNV3Keras``'s GRU resetting before).
+    """Drop-in ``keras.layers.GRU`` running the fused ``TfLstm>KerasRNN`` kernel (cuDNN's GRU is
+    Keras' "reset after" GRU, its default; ``reset_after=False`` runs the op's GRU resetting
+    before).
 
     Same arguments, defaults, weights (``kernel [I, 3H]``, ``recurrent_kernel [H, 3H]``,
     ``bias [2, 3H]`` (``[3H]`` with ``reset_after=False``), gates z, r, h) and results as
@@ -350,7 +348,7 @@ class GRU(_FusedRNNMixin, keras.layers.GRU):
 
 @_register
 class SimpleRNN(_FusedRNNMixin, keras.layers.SimpleRNN):
-    """Drop-in ``keras.layers.SimpleRNN`` running the fused ``TfLstm>CudnnRNNV3`` kernel
+    """Drop-in ``keras.layers.SimpleRNN`` running the fused ``TfLstm>KerasRNN`` kernel
     (``rnn_tanh`` or ``rnn_relu``).
 
     Same arguments, defaults, weights (``kernel [I, H]``, ``recurrent_kernel [H, H]``,
