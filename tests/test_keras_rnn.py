@@ -221,3 +221,66 @@ def test_static_shapes(rng):
     assert outputs.output.shape.as_list() == [2, 5, 4]
     assert outputs.output_h.shape.as_list() == [2, 1, 4]
     assert outputs.output_c.shape.as_list() == [2, 1, 4]
+
+
+def backprop_args(args, attrs, out, rng):
+    dtype = args["input"].dtype
+    cot = {name: tf.constant(rng.uniform(-1, 1, getattr(out, name).shape), dtype)
+           for name in ("output", "output_h", "output_c")}
+    return dict(args, output=out.output, output_h=out.output_h, output_c=out.output_c,
+                output_backprop=cot["output"], output_h_backprop=cot["output_h"],
+                output_c_backprop=cot["output_c"], reserve_space=out.reserve_space,
+                host_reserved=out.host_reserved, **attrs)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_backprop_equals_cudnn_backprop_on_the_converted_weights(rng, case, dtype):
+    # KerasRNNBackprop reads the weights in place and writes their gradients in Keras' layout
+    # (the GRU: converted inside); the reference is CudnnRNNBackpropV3Keras on the params and
+    # CudnnParamsToKeras of its params gradient.
+    args, attrs = make_case(rng, dtype=dtype, **case)
+    bargs = backprop_args(args, attrs, keras_rnn(args, attrs), rng)
+    got = library.op("KerasRNNBackprop")(**bargs)
+    ref = dict(bargs)
+    kernel, recurrent_kernel, bias = (ref.pop(k) for k in ("kernel", "recurrent_kernel", "bias"))
+    ref["params"] = library.op("KerasToCudnnParams")(
+        kernel=kernel, recurrent_kernel=recurrent_kernel, bias=bias, rnn_mode=case["mode"])
+    want = library.op("CudnnRNNBackpropV3Keras")(**ref)
+    want_weights = library.op("CudnnParamsToKeras")(
+        params=want.params_backprop, rnn_mode=case["mode"], input_size=kernel.shape[0],
+        num_units=recurrent_kernel.shape[0], bias_rows=bias.shape.rank)
+    names = ["input_backprop", "input_h_backprop"] + (
+        ["input_c_backprop"] if case["mode"] == "lstm" else [])
+    for name in names:
+        assert_close(getattr(got, name), getattr(want, name), dtype, name)
+    for name, w in zip(("kernel_backprop", "recurrent_kernel_backprop", "bias_backprop"),
+                       want_weights):
+        assert getattr(got, name).shape == w.shape
+        assert_close(getattr(got, name), w, dtype, name)
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_relu"])
+@pytest.mark.parametrize("T,B", [(0, 3), (4, 0)])
+def test_empty_runs_pass_the_states_through_and_give_zero_weight_gradients(rng, mode, T, B):
+    args, attrs = make_case(rng, mode, B=B, T=T, bias_rows=2)
+    out = keras_rnn(args, attrs)
+    np.testing.assert_array_equal(out.output_h, args["input_h"])
+    got = library.op("KerasRNNBackprop")(**backprop_args(args, attrs, out, rng))
+    for name in ("kernel", "recurrent_kernel", "bias"):
+        grad = getattr(got, name + "_backprop")
+        assert grad.shape == args[name].shape
+        np.testing.assert_array_equal(grad, 0)
+
+
+def test_backprop_checks_the_reserve_space_and_names_bad_weights(rng):
+    args, attrs = make_case(rng, "lstm", B=2)
+    bargs = backprop_args(args, attrs, keras_rnn(args, attrs), rng)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="reserve_space"):
+        library.op("KerasRNNBackprop")(**dict(bargs, reserve_space=bargs["reserve_space"][:-1]))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"recurrent_kernel.*\[4,15\]"):
+        library.op("KerasRNNBackprop")(
+            **dict(bargs, recurrent_kernel=tf.zeros([4, 15], tf.float64)))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"output_backprop"):
+        library.op("KerasRNNBackprop")(
+            **dict(bargs, output_backprop=tf.zeros([2, 4, 4], tf.float64)))

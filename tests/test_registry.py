@@ -51,6 +51,7 @@ GPU_HOST_MEMORY = {
     "CudnnRNNV3Keras": ("sequence_lengths", "host_reserved"),
     "CudnnRNNBackpropV3Keras": ("sequence_lengths", "host_reserved"),
     "KerasRNN": ("sequence_lengths", "host_reserved"),
+    "KerasRNNBackprop": ("sequence_lengths", "host_reserved"),
     "LayerNormLSTM": ("sequence_lengths",),
     "LayerNormLSTMGrad": ("sequence_lengths",),
     "LayerNormRNN": ("sequence_lengths",),

@@ -42,6 +42,7 @@ PRIVATE_OP_NAMES = (
     "CudnnRNNV3Keras",  # V3 with Keras' cell options (the Keras layers run it)
     "CudnnRNNBackpropV3Keras",
     "KerasRNN",  # V3Keras on Keras' weights as Keras stores them (the Keras layers run it)
+    "KerasRNNBackprop",
     "LayerNormLSTM",  # the LayerNorm LSTM (its layers and cells run it)
     "LayerNormLSTMGrad",
     "LayerNormRNN",  # the LayerNorm GRU and SimpleRNN (their layers and cells run it)

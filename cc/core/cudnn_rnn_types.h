@@ -47,11 +47,15 @@ struct RnnRun {
   RnnZoneout zoneout_h, zoneout_c;
   bool zoned() const { return zoneout_h.active() || zoneout_c.active(); }
   // Keras' weights read where they are stored instead of params (docs/cudnn_rnn.md §6.6): the
-  // CPU forward of a model KerasWeightsInPlace accepts. In the run's dtype; kernel [I, G*H],
-  // recurrent_kernel [H, G*H], bias [bias_rows, G*H] (one row: b_R, with b_W = 0).
+  // CPU forward and backward of a model KerasWeightsInPlace accepts. In the run's dtype;
+  // kernel [I, G*H], recurrent_kernel [H, G*H], bias [bias_rows, G*H] (one row: b_R, with
+  // b_W = 0); a backward writes their gradients to the *_backprop tensors of the same shapes
+  // (instead of params_backprop).
   struct KerasWeights {
     const void *kernel = nullptr, *recurrent_kernel = nullptr, *bias = nullptr;
     int bias_rows = 1;
+    void *kernel_backprop = nullptr, *recurrent_kernel_backprop = nullptr,
+         *bias_backprop = nullptr;
     bool given() const { return kernel != nullptr; }
   } keras;
 };
@@ -334,10 +338,14 @@ struct PseudoLayer {
     bias_r = b_r;
     keras_layout = true;
   }
-  // Strides of element (k, col) of Rᵀ [Hr, G*H], for SlicePacking: R [G*H, Hr] in params,
-  // recurrent_kernel itself in Keras' layout.
-  int64_t r_row_stride() const { return keras_layout ? m.gate_width() : 1; }
-  int64_t r_col_stride() const { return keras_layout ? 1 : m.output_width(); }
+  // Strides of R [G*H, Hr] (params' layout: row-major; Keras': recurrent_kernel is Rᵀ) along
+  // its gate-unit axis and along its state axis.
+  int64_t r_gate_unit_stride() const { return keras_layout ? 1 : m.output_width(); }
+  int64_t r_state_stride() const { return keras_layout ? m.gate_width() : 1; }
+  // W [G*H, in_width] as a GEMM operand: its leading dimension (params' W is W, Keras' kernel
+  // Wᵀ), and where gate g's block starts (w + g * w_gate_offset()).
+  int64_t ldw() const { return keras_layout ? m.gate_width() : in_width; }
+  int64_t w_gate_offset() const { return keras_layout ? m.num_units : m.num_units * in_width; }
   // State before step `step`: the initial state, or the state after the previous step.
   const A* h_before(int64_t step, int64_t time, int64_t batch) const {
     return step == 0 ? h0 : h + TimeOf(dir, step - 1, time) * batch * m.output_width();

@@ -97,18 +97,16 @@ void InputProjection(const CPUDevice& d, const PseudoLayer<A>& pl, int64_t T, in
                      const A* x, const OperandMasks<A>& masks, A* xw) {
   const int64_t G = pl.m.gate_width(), H = pl.m.num_units, I = pl.in_width, rows = T * B;
   const bool keras = pl.keras_layout;
-  // W_g: rows g·H.. of params' W, or columns g·H.. of the kernel.
-  const int64_t gate_offset = keras ? H : H * I, ldw = keras ? G : I;
   if (masks.input != nullptr) {
     for (int g = 0; g < pl.m.gates(); ++g) {
       MaskOperand(d, rows * I, B * I, x, masks.input + g * B * I, false, masks.operand);
-      Gemm(d, false, !keras, rows, H, I, masks.operand, I, pl.w + g * gate_offset, ldw, false,
-           xw + g * H, G);
+      Gemm(d, false, !keras, rows, H, I, masks.operand, I, pl.w + g * pl.w_gate_offset(),
+           pl.ldw(), false, xw + g * H, G);
     }
     return;
   }
   if (!pl.m.skips(pl.layer)) {
-    Gemm(d, false, !keras, rows, G, I, x, I, pl.w, ldw, false, xw, G);
+    Gemm(d, false, !keras, rows, G, I, x, I, pl.w, pl.ldw(), false, xw, G);
     return;
   }
   ParallelFor(d, rows, G * 8.0, G * 1.0, [&](int64_t begin, int64_t end) {
@@ -154,38 +152,42 @@ struct TeamPlan {
   // forward's R is params' or Keras' recurrent_kernel (pl's strides).
   template <typename A>
   void PackForward(const CPUDevice& d, const PseudoLayer<A>& pl, A* packed) const {
-    fwd.Pack(d, pl.m.num_units, pl.r, pl.r_row_stride(), pl.r_col_stride(), packed);
+    fwd.Pack(d, pl.m.num_units, pl.r, pl.r_state_stride(), pl.r_gate_unit_stride(), packed);
   }
   template <typename A>
   void ForwardProduct(const PseudoLayer<A>& pl, int u, int64_t B, const A* h, const A* packed,
                       A* c, int64_t ldc) const {
-    fwd.Product(u, B, h, pl.m.output_width(), packed, pl.m.num_units, pl.r, pl.r_row_stride(),
-                pl.r_col_stride(), c, ldc);
+    fwd.Product(u, B, h, pl.m.output_width(), packed, pl.m.num_units, pl.r,
+                pl.r_state_stride(), pl.r_gate_unit_stride(), c, ldc);
   }
   // Gate g's block of ForwardProduct, from its own operand h (per_gate).
   template <typename A>
   void ForwardGateProduct(const PseudoLayer<A>& pl, int u, int g, int64_t B, const A* h,
                           const A* packed, A* c, int64_t ldc) const {
     fwd.GateProduct(u, g, B, h, pl.m.output_width(), packed, pl.m.num_units, pl.r,
-                    pl.r_row_stride(), pl.r_col_stride(), c, ldc);
+                    pl.r_state_stride(), pl.r_gate_unit_stride(), c, ldc);
   }
   int64_t backward_size(const RnnModel& m) const {  // values PackBackward writes
     return bwd.size() * (per_gate ? m.gates() : 1);
   }
   template <typename A>
-  void PackBackward(const CPUDevice& d, const RnnModel& m, const A* r, A* packed) const {
+  void PackBackward(const CPUDevice& d, const PseudoLayer<A>& pl, A* packed) const {
+    const RnnModel& m = pl.m;
     const int64_t Hr = m.output_width(), gates = per_gate ? m.gates() : 1;
     for (int64_t g = 0; g < gates; ++g) {
-      bwd.Pack(d, Hr, r + g * GateRows(m) * Hr, Hr, 1, packed + g * bwd.size());
+      bwd.Pack(d, Hr, pl.r + g * GateRows(m) * pl.r_gate_unit_stride(), pl.r_gate_unit_stride(),
+               pl.r_state_stride(), packed + g * bwd.size());
     }
   }
   // dgh·R (per_gate: gate g's term dgh_g·R_g alone).
   template <typename A>
-  void BackwardProduct(const RnnModel& m, int u, int64_t B, const A* dgh, const A* r,
+  void BackwardProduct(const PseudoLayer<A>& pl, int u, int64_t B, const A* dgh,
                        const A* packed, A* c, int64_t ldc, int g = 0) const {
+    const RnnModel& m = pl.m;
     const int64_t Hr = m.output_width(), rows = GateRows(m);
     bwd.Product(u, B, dgh + g * rows, m.gate_width(), packed + g * bwd.size(), Hr,
-                r + g * rows * Hr, Hr, 1, c, ldc);
+                pl.r + g * rows * pl.r_gate_unit_stride(), pl.r_gate_unit_stride(),
+                pl.r_state_stride(), c, ldc);
   }
 
  private:
@@ -739,6 +741,30 @@ bool ForwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const 
   return true;
 }
 
+// Where a pseudo-layer's weight gradients go, in the compute type: params' regions, or (Keras'
+// weights, PseudoLayer::keras_layout) the transposes of W and R, Keras' kernel [I, G*H] and
+// recurrent_kernel [Hr, G*H]. bias_w is null where no gradient of b_W is wanted (Keras' one-row
+// bias, whose b_W is the constant 0).
+template <typename A>
+struct WeightGradients {
+  A *w = nullptr, *r = nullptr, *proj = nullptr, *bias_w = nullptr, *bias_r = nullptr;
+  bool keras = false;
+  // The block of gates·units rows (from `offset`, leading dimension ld) of dM for a weight matrix
+  // M [G*H, width] = dgᵀ·operand, dg [rows, gate_units] (ld_dg), operand [rows, width]: in params,
+  // that block; in Keras' layout, its transpose (operandᵀ·dg), whose gates·units are columns.
+  void Matrix(const CPUDevice& d, A* out, int64_t offset, int64_t ld, int64_t gate_units,
+              int64_t width, int64_t rows, const A* dg, int64_t ld_dg, const A* operand,
+              int64_t ld_operand) const {
+    if (keras) {
+      Gemm(d, true, false, width, gate_units, rows, operand, ld_operand, dg, ld_dg, false,
+           out + offset, ld, gemm::Sum::kLong);
+    } else {
+      Gemm(d, true, false, gate_units, width, rows, dg, ld_dg, operand, ld_operand, false,
+           out + offset, ld, gemm::Sum::kLong);
+    }
+  }
+};
+
 // One direction's buffers of the backward sweep (each [T·B, ·] unless noted).
 template <typename A>
 struct SweepBuffers {
@@ -775,12 +801,12 @@ void BackwardOutputs(const PseudoLayer<A>& pl, const RnnRun& run, const std::vec
     const int64_t t = TimeOf(pl.dir, T - s, T);
     const A* dgh_t = buf.dgh + t * B * G;
     if (!plan.per_gate) {
-      plan.BackwardProduct(m, u, B, dgh_t, pl.r, buf.r_packed, buf.carry + k0, Hr);
+      plan.BackwardProduct(pl, u, B, dgh_t, buf.r_packed, buf.carry + k0, Hr);
     } else {  // Σ_g (dgh_g·R_g) ⊙ h_masks[g]: gate g's term through its mask (if any); a GRU
               // resetting before has its candidate's in the direct term (BackwardResetGates)
       A* term = RowScratch<A, 2>(B * n);
       for (int g = 0; g < (m.gru_reset_before ? 2 : m.gates()); ++g) {
-        plan.BackwardProduct(m, u, B, dgh_t, pl.r, buf.r_packed, term, n, g);
+        plan.BackwardProduct(pl, u, B, dgh_t, buf.r_packed, term, n, g);
         for (int64_t b = 0; b < B; ++b) {
           MaskOperand<A>(0, n, n, term + b * n,
                          buf.h_masks ? buf.h_masks + (g * B + b) * Hr + k0 : nullptr, g > 0,
@@ -908,7 +934,7 @@ void BackwardResetGates(const PseudoLayer<A>& pl, const RnnRun& run,
   const int64_t t = TimeOf(pl.dir, step, T);
   const A* h_prev = pl.h_before(step, T, B);
   A* d_rh = RowScratch<A, 2>(B * n);
-  plan.BackwardProduct(m, u, B, buf.dgh + t * B * G, pl.r, buf.r_packed, d_rh, n, 2);
+  plan.BackwardProduct(pl, u, B, buf.dgh + t * B * G, buf.r_packed, d_rh, n, 2);
   A* r = RowScratch<A>(2 * n);
   A* sr = r + n;
   for (int64_t b = 0; b < B; ++b) {
@@ -938,8 +964,8 @@ template <typename A, typename Math>
 void BackwardLayer(const CPUDevice& d, const std::vector<PseudoLayer<A>>& pls,
                    const TeamPlan& plan, const RnnRun& run, const std::vector<int64_t>& len,
                    const A* x, const A* dy, const std::vector<SweepBuffers<A>>& bufs,
-                   const OperandMasks<A>& masks, A* masked_dx, A* h_prev_seq, A* dparams,
-                   A* dx) {
+                   const OperandMasks<A>& masks, A* masked_dx, A* h_prev_seq,
+                   const std::vector<WeightGradients<A>>& grads, A* dx) {
   const RnnModel& m = pls[0].m;
   const int64_t T = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
   const int64_t G = m.gate_width(), D = m.num_dirs;
@@ -965,8 +991,8 @@ void BackwardLayer(const CPUDevice& d, const std::vector<PseudoLayer<A>>& pls,
   const int64_t rows = T * B;
   for (int64_t dir = 0; dir < D; ++dir) {
     const PseudoLayer<A>& pl = pls[dir];
+    const WeightGradients<A>& grad = grads[dir];
     const A *dgx = bufs[dir].dgx, *dgh = bufs[dir].dgh;
-    const PseudoLayerRegions& reg = pl.reg;
     ParallelFor(d, T, B * Hr * 2.0 * sizeof(A), B * Hr, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {  // the state step t started from
         std::memcpy(h_prev_seq + t * B * Hr, pl.h_before(TimeOf(dir, t, T), T, B),
@@ -974,19 +1000,20 @@ void BackwardLayer(const CPUDevice& d, const std::vector<PseudoLayer<A>>& pls,
       }
     });
     const int64_t I = pl.in_width;
+    const bool keras = pl.keras_layout;
+    const int64_t w_gate = pl.w_gate_offset(), ldw = pl.ldw();
     if (masks.input != nullptr) {  // per gate: dW_g from x ⊙ mask_g, dx = Σ_g (dgx_g·W_g) ⊙ mask_g
       for (int g = 0; g < m.gates(); ++g) {
         const A* mask = masks.input + g * B * I;
         MaskOperand(d, rows * I, B * I, x, mask, false, masks.operand);
-        Gemm(d, true, false, H, I, rows, dgx + g * H, G, masks.operand, I, false,
-             dparams + reg.w + g * H * I, I, gemm::Sum::kLong);
-        Gemm(d, false, false, rows, I, H, dgx + g * H, G, pl.w + g * H * I, I, false, masked_dx,
-             I);
+        grad.Matrix(d, grad.w, g * w_gate, ldw, H, I, rows, dgx + g * H, G, masks.operand, I);
+        Gemm(d, false, keras, rows, I, H, dgx + g * H, G, pl.w + g * w_gate, ldw, false,
+             masked_dx, I);
         MaskOperand(d, rows * I, B * I, masked_dx, mask, g > 0, dx);
       }
     } else if (!m.skips(pl.layer)) {
-      Gemm(d, true, false, G, I, rows, dgx, x, false, dparams + reg.w, gemm::Sum::kLong);
-      Gemm(d, false, false, rows, I, G, dgx, pl.w, dir > 0, dx);
+      grad.Matrix(d, grad.w, 0, ldw, G, I, rows, dgx, G, x, I);
+      Gemm(d, false, keras, rows, I, G, dgx, G, pl.w, ldw, dir > 0, dx, I);
     } else {  // skip input: x was added to every gate
       ParallelFor(d, rows, G * 8.0, G * 1.0, [&](int64_t begin, int64_t end) {
         for (int64_t row = begin; row < end; ++row) {
@@ -1010,21 +1037,23 @@ void BackwardLayer(const CPUDevice& d, const std::vector<PseudoLayer<A>>& pls,
                       masks.operand);
           operand = masks.operand;
         }
-        Gemm(d, true, false, H, Hr, rows, dgh + g * H, G, operand, ld, false,
-             dparams + reg.r + g * H * Hr, Hr, gemm::Sum::kLong);
+        const int64_t r_gate = keras ? H : H * Hr;
+        grad.Matrix(d, grad.r, g * r_gate, keras ? G : Hr, H, Hr, rows, dgh + g * H, G, operand,
+                    ld);
       }
     } else {
-      Gemm(d, true, false, G, Hr, rows, dgh, h_prev_seq, false, dparams + reg.r,
-           gemm::Sum::kLong);
+      grad.Matrix(d, grad.r, 0, keras ? G : Hr, G, Hr, rows, dgh, G, h_prev_seq, Hr);
     }
     if (m.has_proj()) {
-      Gemm(d, true, false, Hr, H, rows, bufs[dir].dh_total, bufs[dir].m_seq, false,
-           dparams + reg.proj, gemm::Sum::kLong);
+      Gemm(d, true, false, Hr, H, rows, bufs[dir].dh_total, bufs[dir].m_seq, false, grad.proj,
+           gemm::Sum::kLong);
     }
-    ReduceRows<A>(d, rows, G, [&](int64_t r, int64_t j) { return dgx[r * G + j]; },
-                  dparams + reg.bias_w);
+    if (grad.bias_w != nullptr) {
+      ReduceRows<A>(d, rows, G, [&](int64_t r, int64_t j) { return dgx[r * G + j]; },
+                    grad.bias_w);
+    }
     ReduceRows<A>(d, rows, G, [&](int64_t r, int64_t j) { return dgh[r * G + j]; },
-                  dparams + reg.bias_r);
+                  grad.bias_r);
   }
 }
 
@@ -1037,12 +1066,31 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const
   const int64_t T_ = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
   const int64_t LD = m.num_pseudo_layers(), D = m.num_dirs, G = m.gate_width();
   const bool lstm = m.mode == RnnMode::kLstm, gru = m.mode == RnnMode::kGru;
-  const int64_t n_params = CheckedParamsSize(m);
+  // The weights and their gradients: params, or Keras' tensors (KerasWeightsInPlace: one
+  // pseudo-layer), whose gradients are kept as [I + H + bias_rows, G*H] in the compute type.
+  const bool keras = run.keras.given();
+  const int64_t I = m.input_size;
+  const int64_t n_params = keras ? (I + H + run.keras.bias_rows) * G : CheckedParamsSize(m);
+  T* const keras_grads[3] = {static_cast<T*>(run.keras.kernel_backprop),
+                             static_cast<T*>(run.keras.recurrent_kernel_backprop),
+                             static_cast<T*>(run.keras.bias_backprop)};
+  const int64_t keras_sizes[3] = {I * G, H * G, run.keras.bias_rows * G};
+  // The weight gradients, from params_backprop's layout (dparams) to the outputs.
+  auto write_weight_grads = [&](const A* dparams) {
+    if (!keras) return Convert(d, dparams, params_backprop, n_params);
+    for (int k = 0, at = 0; k < 3; at += keras_sizes[k++]) {
+      Convert(d, dparams + at, keras_grads[k], keras_sizes[k]);
+    }
+  };
   if (RnnRunsNothing(m, run)) {  // state gradients pass through, the rest is zero
     if (!scratch.counting()) {
       Convert(d, output_h_backprop, input_h_backprop, LD * B * Hr);
       if (lstm) Convert(d, output_c_backprop, input_c_backprop, LD * B * H);
-      Fill(d, params_backprop, n_params, T(0));
+      if (keras) {
+        for (int k = 0; k < 3; ++k) Fill(d, keras_grads[k], keras_sizes[k], T(0));
+      } else {
+        Fill(d, params_backprop, n_params, T(0));
+      }
       Fill(d, input_backprop, T_ * B * m.input_size, T(0));
     }
     return true;
@@ -1055,7 +1103,15 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const
   // The forward's saved states are read only; PseudoLayer's pointers are non-const for reuse.
   A* ws = reinterpret_cast<A*>(const_cast<uint8_t*>(reserve) + sizeof(RnnReserveHeader));
 
-  const A* P = AsAcc<A>(d, scratch, params, n_params);
+  const A* P = keras ? nullptr : AsAcc<A>(d, scratch, params, n_params);
+  const A* kernel = keras ? AsAcc<A>(d, scratch, static_cast<const T*>(run.keras.kernel), I * G)
+                          : nullptr;
+  const A* recurrent_kernel =
+      keras ? AsAcc<A>(d, scratch, static_cast<const T*>(run.keras.recurrent_kernel), H * G)
+            : nullptr;
+  const A* bias = keras ? AsAcc<A>(d, scratch, static_cast<const T*>(run.keras.bias),
+                                   run.keras.bias_rows * G)
+                        : nullptr;
   const A* x0 = ToTimeMajor<A>(d, scratch, run, m.input_size, input);
   const A* h0 = AsAcc<A>(d, scratch, input_h, LD * B * Hr);
   const A* c0 = lstm ? AsAcc<A>(d, scratch, input_c, LD * B * H) : nullptr;
@@ -1091,10 +1147,28 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const
     const A* x = l == 0 ? x0 : ws + lay.input(l);
     std::vector<PseudoLayer<A>> pls;
     std::vector<SweepBuffers<A>> bufs;
+    std::vector<WeightGradients<A>> grads(D);
     pls.reserve(D);
     for (int64_t dir = 0; dir < D; ++dir) {
       const int64_t p = l * D + dir;
       pls.emplace_back(m, p, P, ws, lay, h0, c0, B);
+      WeightGradients<A>& grad = grads[dir];
+      if (keras) {  // (one pseudo-layer; the backward reads no b_W)
+        pls[dir].ReadKerasWeights(kernel, recurrent_kernel, nullptr,
+                                  bias + (run.keras.bias_rows - 1) * G);
+        grad.keras = true;
+        grad.w = dparams;
+        grad.r = dparams + I * G;
+        grad.bias_w = run.keras.bias_rows == 2 ? dparams + (I + H) * G : nullptr;
+        grad.bias_r = dparams + (I + H + run.keras.bias_rows - 1) * G;
+      } else {
+        const PseudoLayerRegions& reg = pls[dir].reg;
+        grad.w = dparams + reg.w;
+        grad.r = dparams + reg.r;
+        grad.proj = dparams + reg.proj;
+        grad.bias_w = dparams + reg.bias_w;
+        grad.bias_r = dparams + reg.bias_r;
+      }
       SweepBuffers<A> buf;
       buf.dgx = dgx + dir * rows * G;
       buf.dgh = dgh + dir * rows * G;
@@ -1106,7 +1180,7 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const
       buf.carry = carry + dir * B * Hr;
       buf.direct = direct ? direct + dir * B * Hr : nullptr;
       A* packed = r_packed + dir * plan.backward_size(m);
-      plan.PackBackward(d, m, pls[dir].r, packed);
+      plan.PackBackward(d, pls[dir], packed);
       buf.r_packed = packed;
       buf.h_masks = masks.recurrent;
       buf.zoneout = zoneout;
@@ -1115,7 +1189,7 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const
       bufs.push_back(buf);
     }
     BackwardLayer<A, MathFor<T>>(d, pls, plan, run, len, x, dy, bufs, masks, masked_dx,
-                                 h_prev_seq, dparams, dx);
+                                 h_prev_seq, grads, dx);
     for (int64_t dir = 0; dir < D; ++dir) {
       const int64_t p = l * D + dir;
       Convert(d, bufs[dir].dh, input_h_backprop + p * B * Hr, B * Hr);
@@ -1131,7 +1205,7 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const
     }
   }
   FromTimeMajor(d, run, m.input_size, dx, input_backprop);
-  Convert(d, dparams, params_backprop, n_params);
+  write_weight_grads(dparams);
   return true;
 }
 

@@ -13,8 +13,8 @@ tape leaves out counts as zeros; input_c gets a zero gradient outside LSTM mode 
 there), and V3's integer sequence_lengths none. CudnnRNNV3Keras also passes its operand masks
 (Keras' recurrent dropout) and zoneout weights, which are constants: no gradient flows to them,
 as none flows to Keras' masks (drawn by dropout from ones) or to zoneout's (drawn, or its rate).
-KerasRNN's gradient is CudnnRNNV3Keras's on KerasToCudnnParams of its weights (docs/cudnn_rnn.md
-§6.6).
+KerasRNN's gradient is KerasRNNBackprop, the same Backprop on Keras' weights (docs/cudnn_rnn.md
+§6.6); its own gradient is CudnnRNNBackpropV3Keras's through the weight conversions.
 """
 
 import tensorflow as tf
@@ -45,12 +45,13 @@ def _cudnn_rnn_grad(op, grads, backprop_op, version, forward_op=None):
 
 def _backprop(args, outputs, is_training, grads, backprop_op, version, forward_op):
     """The gradients of a forward run with `args` (its inputs by name and attributes) that gave
-    `outputs`, w.r.t. input, input_h, input_c and params."""
+    `outputs`, w.r.t. input, input_h, input_c and the weights (params, or KerasRNN's three)."""
     if not is_training:
         # No reserve space: the training forward of the same inputs, without dropout (which
         # inference never applies), gives the same outputs and the reserve space to differentiate
         # (by a Backprop told the same dropout rate).
-        args["dropout"] = 0.0
+        if "dropout" in args:  # (KerasRNN has no dropout between layers)
+            args["dropout"] = 0.0
         with tf.name_scope("recomputed_forward"):
             outputs = library.op(forward_op or _FORWARD_OPS[version])(**args, is_training=True)
     args.update(output=outputs[0], output_h=outputs[1], output_c=outputs[2])
@@ -61,10 +62,10 @@ def _backprop(args, outputs, is_training, grads, backprop_op, version, forward_o
     args["reserve_space"] = outputs[3]
     if version >= 2:
         args["host_reserved"] = outputs[4]
-    input_grad, h_grad, c_grad, params_grad = library.op(backprop_op)(**args)
+    gradients = list(library.op(backprop_op)(**args))
     if args["rnn_mode"] not in ("lstm", b"lstm"):  # input_c is unused (any shape): zero gradient
-        c_grad = tf.zeros_like(args["input_c"])
-    return [input_grad, h_grad, c_grad, params_grad]
+        gradients[2] = tf.zeros_like(args["input_c"])
+    return gradients
 
 
 @tf.RegisterGradient(OP_NAMESPACE + "CudnnRNN")
@@ -88,29 +89,53 @@ def _cudnn_rnn_v3_keras_grad(op, *grads):
                            forward_op="CudnnRNNV3Keras")
 
 
+_KERAS_RNN_ATTRS = ("rnn_mode", "time_major") + _KERAS_ATTRS
+_KERAS_WEIGHTS = ("kernel", "recurrent_kernel", "bias")
+
+
 @tf.RegisterGradient(OP_NAMESPACE + "KerasRNN")
 def _keras_rnn_grad(op, *grads):
-    """CudnnRNNV3Keras's gradient (docs/cudnn_rnn.md §6.6) on the params of KerasRNN's weights,
-    whose reserve space it shares, to every order; the params' gradient back in Keras' layout
-    (KerasToCudnnParams' gradient)."""
-    x, input_h, input_c, kernel, recurrent_kernel, bias = op.inputs[:6]
-    args = dict(input=x, input_h=input_h, input_c=input_c, sequence_lengths=op.inputs[6],
-                input_masks=op.inputs[7], recurrent_masks=op.inputs[8],
-                zoneout_h_weights=op.inputs[9], zoneout_c_weights=op.inputs[10])
-    args.update((name, op.get_attr(name)) for name in ("rnn_mode", "time_major") + _KERAS_ATTRS)
-    outputs = op.outputs
-    if not op.get_attr("is_training"):  # the same forward, training (see _backprop)
-        with tf.name_scope("recomputed_forward"):
-            outputs = library.op("KerasRNN")(**args, kernel=kernel,
-                                             recurrent_kernel=recurrent_kernel, bias=bias,
-                                             is_training=True)
-    args["params"] = library.op("KerasToCudnnParams")(
-        kernel=kernel, recurrent_kernel=recurrent_kernel, bias=bias, rnn_mode=args["rnn_mode"])
-    input_grad, h_grad, c_grad, params_grad = _backprop(
-        args, outputs, True, grads, "CudnnRNNBackpropV3Keras", 3, "CudnnRNNV3Keras")
-    weight_grads = _params_to_keras(params_grad, kernel, recurrent_kernel, bias,
-                                    args["rnn_mode"])
-    return [input_grad, h_grad, c_grad] + list(weight_grads) + [None] * 5
+    """KerasRNNBackprop (docs/cudnn_rnn.md §6.6): the others' gradient, on Keras' weights."""
+    args = dict(zip(("input", "input_h", "input_c") + _KERAS_WEIGHTS + (
+        "sequence_lengths", "input_masks", "recurrent_masks", "zoneout_h_weights",
+        "zoneout_c_weights"), op.inputs))
+    args.update((name, op.get_attr(name)) for name in _KERAS_RNN_ATTRS)
+    return _backprop(args, op.outputs, op.get_attr("is_training"), grads, "KerasRNNBackprop", 3,
+                     "KerasRNN") + [None] * 5
+
+
+@tf.RegisterGradient(OP_NAMESPACE + "KerasRNNBackprop")
+def _keras_rnn_backprop_grad(op, *grads):
+    """KerasRNNBackprop is CudnnRNNBackpropV3Keras on KerasToCudnnParams of its weights, with the
+    params' gradient in Keras' layout (CudnnParamsToKeras): its gradient is that composition's,
+    through theirs (the second derivatives of cudnn_rnn_composite.py), by one tape."""
+    inputs = list(op.inputs)
+    theta = inputs[:6]  # input, input_h, input_c, kernel, recurrent_kernel, bias
+    v = inputs[10:13]  # output_backprop, output_h_backprop, output_c_backprop
+    attrs = {name: op.get_attr(name) for name in _KERAS_RNN_ATTRS}
+    used = [k for k, g in enumerate(grads) if g is not None]
+    if not used:
+        return [None] * len(inputs)
+    with tf.GradientTape() as tape:
+        tape.watch(theta + v)
+        kernel, recurrent_kernel, bias = theta[3:6]
+        params = library.op("KerasToCudnnParams")(
+            kernel=kernel, recurrent_kernel=recurrent_kernel, bias=bias, rnn_mode=attrs["rnn_mode"])
+        out = library.op("CudnnRNNBackpropV3Keras")(
+            input=theta[0], input_h=theta[1], input_c=theta[2], params=params,
+            sequence_lengths=inputs[6], output=inputs[7], output_h=inputs[8], output_c=inputs[9],
+            output_backprop=v[0], output_h_backprop=v[1], output_c_backprop=v[2],
+            reserve_space=inputs[13], host_reserved=inputs[14], input_masks=inputs[15],
+            recurrent_masks=inputs[16], zoneout_h_weights=inputs[17],
+            zoneout_c_weights=inputs[18], **attrs)
+        results = list(out[:3]) + list(_params_to_keras(out[3], kernel, recurrent_kernel, bias,
+                                                        attrs["rnn_mode"]))
+    second = tape.gradient([results[k] for k in used], theta + v,
+                           output_gradients=[grads[k] for k in used],
+                           unconnected_gradients=tf.UnconnectedGradients.ZERO)
+    # sequence_lengths; output, output_h, output_c (recomputed); reserve_space, host_reserved;
+    # the operand masks and zoneout weights
+    return second[:6] + [None] * 4 + second[6:] + [None] * 6
 
 
 def _params_to_keras(params_grad, kernel, recurrent_kernel, bias, rnn_mode):

@@ -335,10 +335,11 @@ absl::Status ResolveKerasInputs(OpKernelContext* ctx, RnnModel* m, RnnRun* run) 
   return ResolveZoneout(*zoneout_h, *zoneout_c, m, run);
 }
 
-// Whether a kernel's op is a *V3Keras op or KerasRNN (operand masks and zoneout weights after
-// the sequence lengths).
+// Whether a kernel's op is a *V3Keras op, KerasRNN or its Backprop (operand masks and zoneout
+// weights among its inputs).
 bool TakesOperandMasks(OpKernelConstruction* ctx) {
-  return absl::EndsWith(ctx->def().op(), "V3Keras") || absl::EndsWith(ctx->def().op(), "KerasRNN");
+  const std::string& op = ctx->def().op();
+  return absl::EndsWith(op, "V3Keras") || absl::StrContains(op, "KerasRNN");
 }
 
 // Keras' weights of a one-layer model (docs/cudnn_rnn.md §6.5): kernel [I, G*H],
@@ -368,11 +369,18 @@ absl::Status CheckKerasWeights(RnnMode mode, const Tensor& kernel, const Tensor&
   return CheckShape(bias, "bias", {{2, "2"}, {width, "gates * num_units"}});
 }
 
-// KerasRNN's weights (inputs 3-5) for the run: read in place by the CPU engine where it can
-// (KerasWeightsInPlace), else converted into `converted` (params of the one-layer model).
+// The sizes of KerasRNN's weights.
+struct KerasWeightSizes {
+  int64_t input_size, num_units;
+  int bias_rows;
+};
+
+// KerasRNN's (or its Backprop's) weights, inputs 3-5, for the run: read in place by the CPU
+// engine where it can (KerasWeightsInPlace: run->keras), else converted into `converted`
+// (params of the one-layer model, *params).
 template <typename Device, typename T>
 absl::Status ReadKerasWeights(OpKernelContext* ctx, const RnnModel& m, RnnRun* run,
-                              Tensor* converted, const T** params) {
+                              Tensor* converted, const T** params, KerasWeightSizes* sizes) {
   const Tensor &kernel = ctx->input(3), &recurrent_kernel = ctx->input(4), &bias = ctx->input(5);
   if (m.num_layers != 1) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -383,6 +391,7 @@ absl::Status ReadKerasWeights(OpKernelContext* ctx, const RnnModel& m, RnnRun* r
   int64_t I = m.input_size, H = m.num_units;
   int bias_rows;
   TF_RETURN_IF_ERROR(CheckKerasWeights(m.mode, kernel, recurrent_kernel, bias, &I, &H, &bias_rows));
+  *sizes = {I, H, bias_rows};
   if (std::is_same_v<Device, CPUDevice> && KerasWeightsInPlace(m)) {
     run->keras = {kernel.tensor_data().data(), recurrent_kernel.tensor_data().data(),
                   bias.tensor_data().data(), bias_rows};
@@ -443,8 +452,10 @@ class CudnnRNNForwardOp : public OpKernel {
     if (takes_masks_) OP_REQUIRES_OK(ctx, ResolveKerasInputs(ctx, &m, &run));
     const T* params_data = params ? params->flat<T>().data() : nullptr;
     Tensor converted;
+    KerasWeightSizes sizes;
     if constexpr (kKerasWeights) {
-      OP_REQUIRES_OK(ctx, ReadKerasWeights<Device, T>(ctx, m, &run, &converted, &params_data));
+      OP_REQUIRES_OK(ctx,
+                     ReadKerasWeights<Device, T>(ctx, m, &run, &converted, &params_data, &sizes));
     }
     const bool lstm = m.mode == RnnMode::kLstm;
     // Inference on the CPU: a workspace of the states only, no saved gates written.
@@ -498,8 +509,9 @@ class CudnnRNNForwardOp : public OpKernel {
   bool reset_rng_state_ = false;   // TF_CUDNN_RESET_RND_GEN_STATE: call_ stays 0
 };
 
-// CudnnRNNBackprop (kVersion 1), V2 (2), V3 (3).
-template <typename Device, typename T, int kVersion>
+// CudnnRNNBackprop (kVersion 1), V2 (2), V3 (3) and its *Keras op; KerasRNNBackprop (3 with
+// kKerasWeights: Keras' weights and their gradients instead of params', docs/cudnn_rnn.md §6.6).
+template <typename Device, typename T, int kVersion, bool kKerasWeights = false>
 class CudnnRNNBackpropOp : public OpKernel {
  public:
   explicit CudnnRNNBackpropOp(OpKernelConstruction* ctx)
@@ -510,17 +522,27 @@ class CudnnRNNBackpropOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     const Tensor* in[13];
     const char* names[] = {"input",           "input_h",           "input_c",
-                           "params",          "output",            "output_h",
-                           "output_c",        "output_backprop",   "output_h_backprop",
-                           "output_c_backprop", "reserve_space"};
+                           kKerasWeights ? "kernel" : "params",
+                           "output",          "output_h",          "output_c",
+                           "output_backprop", "output_h_backprop", "output_c_backprop",
+                           "reserve_space"};
     for (int k = 0; k < 11; ++k) OP_REQUIRES_OK(ctx, ctx->input(names[k], &in[k]));
     const Tensor* seq_lengths = nullptr;
     if (kVersion == 3) OP_REQUIRES_OK(ctx, ctx->input("sequence_lengths", &seq_lengths));
     RnnModel m;
     RnnRun run;
-    OP_REQUIRES_OK(ctx, ResolveRun(attrs_, *in[0], *in[1], *in[2], in[3], seq_lengths, &m, &run));
+    OP_REQUIRES_OK(ctx, ResolveRun(attrs_, *in[0], *in[1], *in[2], kKerasWeights ? nullptr : in[3],
+                                   seq_lengths, &m, &run));
     if (takes_masks_) OP_REQUIRES_OK(ctx, ResolveKerasInputs(ctx, &m, &run));
     const bool lstm = m.mode == RnnMode::kLstm;
+    auto data = [](const Tensor* t) { return t->flat<T>().data(); };
+    const T* params_data = kKerasWeights ? nullptr : data(in[3]);
+    Tensor converted;
+    KerasWeightSizes sizes;
+    if constexpr (kKerasWeights) {
+      OP_REQUIRES_OK(ctx,
+                     ReadKerasWeights<Device, T>(ctx, m, &run, &converted, &params_data, &sizes));
+    }
 
     // The forward results and their gradients must have the forward's shapes.
     const TensorShape output_shape = OutputShape(m, run);
@@ -568,7 +590,7 @@ class CudnnRNNBackpropOp : public OpKernel {
         MakeReserveHeader(m, run, dropout, sizeof(T), sizeof(AccFor<T>));
     OP_REQUIRES_OK(ctx, (CheckReserve<Device, T>(reserve, expected)));
 
-    Tensor *input_backprop, *input_h_backprop, *input_c_backprop, *params_backprop;
+    Tensor *input_backprop, *input_h_backprop, *input_c_backprop, *params_backprop = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, in[0]->shape(), &input_backprop));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, in[1]->shape(), &input_h_backprop));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(2, lstm ? in[2]->shape() : TensorShape({}),
@@ -576,19 +598,43 @@ class CudnnRNNBackpropOp : public OpKernel {
     if (!lstm) {
       OP_REQUIRES_OK(ctx, DeviceMemory<Device>::template SetZero<T>(ctx, input_c_backprop));
     }
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(3, in[3]->shape(), &params_backprop));
-    if (in[3]->NumElements() > CheckedParamsSize(m)) {  // the unused tail's gradient is 0, as TF's
-      OP_REQUIRES_OK(ctx, DeviceMemory<Device>::template SetZero<T>(ctx, params_backprop));
+    Tensor params_grad;  // KerasRNNBackprop on converted weights: params' gradient, converted back
+    Tensor* weight_grads[3] = {nullptr, nullptr, nullptr};  // KerasRNNBackprop's
+    if constexpr (kKerasWeights) {
+      for (int k = 0; k < 3; ++k) {
+        OP_REQUIRES_OK(ctx, ctx->allocate_output(3 + k, ctx->input(3 + k).shape(),
+                                                 &weight_grads[k]));
+      }
+      if (run.keras.given()) {
+        run.keras.kernel_backprop = weight_grads[0]->flat<T>().data();
+        run.keras.recurrent_kernel_backprop = weight_grads[1]->flat<T>().data();
+        run.keras.bias_backprop = weight_grads[2]->flat<T>().data();
+      } else {
+        OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DataTypeToEnum<T>::value,
+                                               converted.shape(), &params_grad));
+        params_backprop = &params_grad;
+      }
+    } else {
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(3, in[3]->shape(), &params_backprop));
+      if (in[3]->NumElements() > CheckedParamsSize(m)) {  // the unused tail's gradient is 0, as
+        OP_REQUIRES_OK(ctx, DeviceMemory<Device>::template SetZero<T>(ctx, params_backprop));
+      }
     }
-    auto data = [](const Tensor* t) { return t->flat<T>().data(); };
     OP_REQUIRES_OK(
         ctx, CudnnRnnBackward<Device, T>()(
                  ctx, m, run, expected, data(in[0]), data(in[1]), lstm ? data(in[2]) : nullptr,
-                 data(in[3]), data(in[7]), data(in[8]), lstm ? data(in[9]) : nullptr,
+                 params_data, data(in[7]), data(in[8]), lstm ? data(in[9]) : nullptr,
                  reinterpret_cast<const uint8_t*>(reserve.flat<T>().data()),
                  input_backprop->flat<T>().data(), input_h_backprop->flat<T>().data(),
                  lstm ? input_c_backprop->flat<T>().data() : nullptr,
-                 params_backprop->flat<T>().data()));
+                 params_backprop ? params_backprop->flat<T>().data() : nullptr));
+    if (kKerasWeights && !run.keras.given()) {
+      OP_REQUIRES_OK(ctx, KerasParams<Device, T>().ToKeras(
+                              ctx, m.mode, sizes.input_size, sizes.num_units, sizes.bias_rows,
+                              params_grad.flat<T>().data(), weight_grads[0]->flat<T>().data(),
+                              weight_grads[1]->flat<T>().data(),
+                              weight_grads[2]->flat<T>().data()));
+    }
   }
 
  private:
@@ -1010,7 +1056,12 @@ class CudnnParamsToKerasOp : public OpKernel {
                               .Device(DEVICE_TYPE)                                             \
                               .TypeConstraint<T>("T") HOST("sequence_lengths")                 \
                                   HOST("host_reserved"),                                       \
-                          CudnnRNNForwardOp<DEVICE, T, 3, true>);
+                          CudnnRNNForwardOp<DEVICE, T, 3, true>);                              \
+  REGISTER_KERNEL_BUILDER(Name("TfLstm>KerasRNNBackprop")                                       \
+                              .Device(DEVICE_TYPE)                                             \
+                              .TypeConstraint<T>("T") HOST("sequence_lengths")                 \
+                                  HOST("host_reserved"),                                       \
+                          CudnnRNNBackpropOp<DEVICE, T, 3, true>);
 
 #define TF_LSTM_CPU_MEMORY(arg)
 #define TF_LSTM_HOST_MEMORY(arg) .HostMemory(arg)

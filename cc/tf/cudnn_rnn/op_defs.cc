@@ -229,8 +229,9 @@ REGISTER_OP("TfLstm>CudnnRNNV3Keras")
 // kernel [input_size, gates * num_units], recurrent_kernel [num_units, gates * num_units] and
 // bias [gates * num_units] (b_R; b_W = 0) or [2, gates * num_units] (b_W, b_R), Keras' gate
 // order (LSTM i, f, c, o; GRU z, r, h). The CPU engine reads them in place (every mode but GRU),
-// so a layer call copies no weights. Outputs and reserve space are CudnnRNNV3Keras's, whose
-// Backprop takes them with KerasToCudnnParams of the weights.
+// so a layer call copies no weights. Outputs and reserve space are CudnnRNNV3Keras's.
+// KerasRNNBackprop is CudnnRNNBackpropV3Keras on the same weights, with their gradients
+// (kernel_backprop, recurrent_kernel_backprop, bias_backprop) in place of params_backprop.
 REGISTER_OP("TfLstm>KerasRNN")
     .Input("input: T")
     .Input("input_h: T")
@@ -247,6 +248,34 @@ REGISTER_OP("TfLstm>KerasRNN")
     .Attr(kTypes).Attr(kMode).Attr("is_training: bool = true")
     .Attr("time_major: bool = true") TF_LSTM_RNN_KERAS_CELL_ATTRS
     .SetShapeFn([](InferenceContext* c) { return ForwardShape(c, true, true); });
+
+REGISTER_OP("TfLstm>KerasRNNBackprop")
+    .Input("input: T")
+    .Input("input_h: T")
+    .Input("input_c: T")
+    .Input("kernel: T")
+    .Input("recurrent_kernel: T")
+    .Input("bias: T")
+    .Input("sequence_lengths: int32")
+    .Input("output: T")
+    .Input("output_h: T")
+    .Input("output_c: T")
+    .Input("output_backprop: T")
+    .Input("output_h_backprop: T")
+    .Input("output_c_backprop: T")
+    .Input("reserve_space: T")
+    .Input("host_reserved: int8") TF_LSTM_RNN_OPERAND_MASKS TF_LSTM_RNN_ZONEOUT
+    .Output("input_backprop: T")
+    .Output("input_h_backprop: T")
+    .Output("input_c_backprop: T")
+    .Output("kernel_backprop: T")
+    .Output("recurrent_kernel_backprop: T")
+    .Output("bias_backprop: T")
+    .Attr(kTypes).Attr(kMode).Attr("time_major: bool = true") TF_LSTM_RNN_KERAS_CELL_ATTRS
+    .SetShapeFn([](InferenceContext* c) {
+      for (int k = 0; k < 6; ++k) c->set_output(k, c->input(k));
+      return absl::OkStatus();
+    });
 
 REGISTER_OP("TfLstm>CudnnRNNBackpropV3Keras")
     TF_LSTM_RNN_V3_BACKPROP_IO TF_LSTM_RNN_OPERAND_MASKS TF_LSTM_RNN_ZONEOUT
