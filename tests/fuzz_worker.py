@@ -38,8 +38,9 @@ from tools.references import layer_norm_lstm as LN  # noqa: E402
 from tools.references import layer_norm_rnn as LR  # noqa: E402
 
 raw = tf_lstm_ops.raw
-PRIVATE = ("CudnnRNNV3Keras", "CudnnRNNBackpropV3Keras", "KerasRNN", "LayerNormLSTM",
-           "LayerNormLSTMGrad", "LayerNormRNN", "LayerNormRNNGrad")  # ours alone, not in raw
+PRIVATE = ("CudnnRNNV3Keras", "CudnnRNNBackpropV3Keras", "KerasRNN", "KerasRNNBackprop",
+           "LayerNormLSTM", "LayerNormLSTMGrad", "LayerNormRNN",
+           "LayerNormRNNGrad")  # ours alone, not in raw
 HUGE = 2 ** 40
 
 
@@ -85,10 +86,11 @@ def cudnn_case(rng, op):
 def keras_case(rng, op):
     """CudnnRNNV3Keras (or, from a real forward, its Backprop): mostly a model Keras describes
     (one layer, one direction) with its operand masks and zoneout weights, each present or not;
-    Keras' activations; GRU resetting before or after. KerasRNN: always such a model, on Keras'
-    kernel, recurrent_kernel and bias (one or two rows)."""
+    Keras' activations; GRU resetting before or after. KerasRNN (and its Backprop): always such
+    a model, on Keras' kernel, recurrent_kernel and bias (one or two rows)."""
     mode = R.MODES[rng.integers(len(R.MODES))]
-    keras_shaped = op == "KerasRNN" or rng.integers(4) > 0
+    keras_weights = op.startswith("KerasRNN")
+    keras_shaped = keras_weights or rng.integers(4) > 0
     L, D = (1, "unidirectional") if keras_shaped else (2, "bidirectional")
     H, I, T, B = (int(v) for v in rng.integers(1, 4, 4))
     acts = tuple(R.ACTIVATIONS)
@@ -113,7 +115,7 @@ def keras_case(rng, op):
         if keras_shaped and rng.integers(2):  # per element (time-major) or one scalar
             kw[name] = (np.float32(0.9) if rng.integers(2)
                         else (rng.uniform(size=(T, B, H)) > 0.1).astype(np.float32))
-    if op == "KerasRNN":
+    if keras_weights:
         del attrs["direction"], kw["params"]
         f = lambda *s: rng.uniform(-1, 1, s).astype(np.float32)  # noqa: E731
         kw.update(kernel=f(I, G * H), recurrent_kernel=f(H, G * H),
@@ -121,7 +123,7 @@ def keras_case(rng, op):
     if op in ("CudnnRNNV3Keras", "KerasRNN"):
         attrs["is_training"] = bool(rng.integers(2))
         return kw, attrs
-    out = library.op("CudnnRNNV3Keras")(**kw, **attrs)
+    out = library.op("KerasRNN" if keras_weights else "CudnnRNNV3Keras")(**kw, **attrs)
     f = lambda a: rng.uniform(-1, 1, np.shape(a)).astype(np.float32)  # noqa: E731
     kw.update(output=out.output.numpy(), output_h=out.output_h.numpy(),
               output_c=out.output_c.numpy(), output_backprop=f(out.output),
@@ -201,7 +203,7 @@ OPS = {"LSTMBlockCell": block_case, "BlockLSTM": block_case, "BlockLSTMV2": bloc
        "CudnnRNN": cudnn_case, "CudnnRNNV3": cudnn_case, "CudnnRNNBackpropV3": grad_case,
        "CudnnRNNParamsSize": cudnn_case, "CudnnRNNParamsToCanonical": cudnn_case,
        "CudnnRNNV3Keras": keras_case, "CudnnRNNBackpropV3Keras": keras_case,
-       "KerasRNN": keras_case,
+       "KerasRNN": keras_case, "KerasRNNBackprop": keras_case,
        "LayerNormLSTM": layer_norm_case, "LayerNormLSTMGrad": layer_norm_case,
        "LayerNormRNN": layer_norm_case, "LayerNormRNNGrad": layer_norm_case}
 VALID, ODD, INVALID = "valid", "odd", "invalid"
