@@ -1078,7 +1078,8 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const
   // The weight gradients, from params_backprop's layout (dparams) to the outputs.
   auto write_weight_grads = [&](const A* dparams) {
     if (!keras) return Convert(d, dparams, params_backprop, n_params);
-    for (int k = 0, at = 0; k < 3; at += keras_sizes[k++]) {
+    int64_t at = 0;
+    for (int k = 0; k < 3; at += keras_sizes[k++]) {
       Convert(d, dparams + at, keras_grads[k], keras_sizes[k]);
     }
   };

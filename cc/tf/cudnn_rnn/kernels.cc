@@ -154,7 +154,7 @@ struct RnnAttrs {
 };
 
 // The model and run sizes of a forward or backprop call, validated (docs/cudnn_rnn.md §3,
-// docs/validation.md §4.2). params is null for KerasRNN (ResolveKerasWeights checks its weights).
+// docs/validation.md §4.2). params is null for KerasRNN (ReadKerasWeights checks its weights).
 absl::Status ResolveRun(const RnnAttrs& attrs, const Tensor& input, const Tensor& input_h,
                         const Tensor& input_c, const Tensor* params, const Tensor* seq_lengths,
                         RnnModel* m, RnnRun* run) {
