@@ -639,6 +639,27 @@ void ForwardLayer(const CPUDevice& d, const std::vector<PseudoLayer<A>>& pls,
   });
 }
 
+// Keras' weights (RnnRun::keras) in the compute type: the tensors themselves for float and
+// double; nulls when the run has params instead.
+template <typename A>
+struct KerasWeightsIn {
+  const A *kernel = nullptr, *recurrent_kernel = nullptr, *bias = nullptr;
+};
+template <typename T, typename A>
+KerasWeightsIn<A> KerasWeightsAsAcc(const CPUDevice& d, Scratch& scratch, const RnnModel& m,
+                                    const RnnRun& run) {
+  KerasWeightsIn<A> weights;
+  if (!run.keras.given()) return weights;
+  const int64_t G = m.gate_width();
+  weights.kernel =
+      AsAcc<A>(d, scratch, static_cast<const T*>(run.keras.kernel), m.input_size * G);
+  weights.recurrent_kernel = AsAcc<A>(
+      d, scratch, static_cast<const T*>(run.keras.recurrent_kernel), m.num_units * G);
+  weights.bias =
+      AsAcc<A>(d, scratch, static_cast<const T*>(run.keras.bias), run.keras.bias_rows * G);
+  return weights;
+}
+
 // Each engine call below is one walk over its code with a Scratch: counting for the size query
 // (then it returns before computing anything), carving for the run. False: out of scratch.
 
@@ -668,16 +689,8 @@ bool ForwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const 
   // The weights: params, or Keras' tensors read in place (KerasWeightsInPlace), b_W = 0 where
   // Keras' bias has one row.
   const bool keras = run.keras.given();
-  const int64_t I = m.input_size;
   const A* P = keras ? nullptr : AsAcc<A>(d, scratch, params, CheckedParamsSize(m));
-  const A* kernel = keras ? AsAcc<A>(d, scratch, static_cast<const T*>(run.keras.kernel), I * G)
-                          : nullptr;
-  const A* recurrent_kernel =
-      keras ? AsAcc<A>(d, scratch, static_cast<const T*>(run.keras.recurrent_kernel), H * G)
-            : nullptr;
-  const A* bias = keras ? AsAcc<A>(d, scratch, static_cast<const T*>(run.keras.bias),
-                                   run.keras.bias_rows * G)
-                        : nullptr;
+  const KerasWeightsIn<A> weights = KerasWeightsAsAcc<T, A>(d, scratch, m, run);
   A* zero_bias = keras && run.keras.bias_rows == 1 ? scratch.Take<A>(G) : nullptr;
   const A* x0 = ToTimeMajor<A>(d, scratch, run, m.input_size, input);
   const A* h0 = AsAcc<A>(d, scratch, input_h, LD * B * Hr);
@@ -703,8 +716,9 @@ bool ForwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const 
     pls.reserve(D);
     for (int64_t dir = 0; dir < D; ++dir) pls.emplace_back(m, l * D + dir, P, ws, lay, h0, c0, B);
     if (keras) {  // (one pseudo-layer)
-      pls[0].ReadKerasWeights(kernel, recurrent_kernel, zero_bias ? zero_bias : bias,
-                              bias + (run.keras.bias_rows - 1) * G);
+      pls[0].ReadKerasWeights(weights.kernel, weights.recurrent_kernel,
+                              zero_bias ? zero_bias : weights.bias,
+                              weights.bias + (run.keras.bias_rows - 1) * G);
     }
     ForwardLayer<A, MathFor<T>>(d, pls, plan, run, len, x, masks, zoneout, xw, rec, m_buf,
                                 reset_buf, r_packed, y);
@@ -1105,14 +1119,7 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const
   A* ws = reinterpret_cast<A*>(const_cast<uint8_t*>(reserve) + sizeof(RnnReserveHeader));
 
   const A* P = keras ? nullptr : AsAcc<A>(d, scratch, params, n_params);
-  const A* kernel = keras ? AsAcc<A>(d, scratch, static_cast<const T*>(run.keras.kernel), I * G)
-                          : nullptr;
-  const A* recurrent_kernel =
-      keras ? AsAcc<A>(d, scratch, static_cast<const T*>(run.keras.recurrent_kernel), H * G)
-            : nullptr;
-  const A* bias = keras ? AsAcc<A>(d, scratch, static_cast<const T*>(run.keras.bias),
-                                   run.keras.bias_rows * G)
-                        : nullptr;
+  const KerasWeightsIn<A> weights = KerasWeightsAsAcc<T, A>(d, scratch, m, run);
   const A* x0 = ToTimeMajor<A>(d, scratch, run, m.input_size, input);
   const A* h0 = AsAcc<A>(d, scratch, input_h, LD * B * Hr);
   const A* c0 = lstm ? AsAcc<A>(d, scratch, input_c, LD * B * H) : nullptr;
@@ -1155,8 +1162,8 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const
       pls.emplace_back(m, p, P, ws, lay, h0, c0, B);
       WeightGradients<A>& grad = grads[dir];
       if (keras) {  // (one pseudo-layer; the backward reads no b_W)
-        pls[dir].ReadKerasWeights(kernel, recurrent_kernel, nullptr,
-                                  bias + (run.keras.bias_rows - 1) * G);
+        pls[dir].ReadKerasWeights(weights.kernel, weights.recurrent_kernel, nullptr,
+                                  weights.bias + (run.keras.bias_rows - 1) * G);
         grad.keras = true;
         grad.w = dparams;
         grad.r = dparams + I * G;
