@@ -161,9 +161,62 @@ def keras_params_cases(rng):
                       what + " back")
 
 
+def keras_rnn_cases(rng):
+    """KerasRNN and KerasRNNBackprop, which read Keras' weights in place (LSTM, SimpleRNN: the
+    unpacked products of B <= 3 rows and packing from the transposed layout, per ISA build) or
+    convert them (GRU), against CudnnRNNV3Keras and its Backprop on the converted weights (checked
+    against the reference above)."""
+    from tf_lstm_ops._loader import library
+
+    op = library.op
+    for mode, H, bias_rows in (("lstm", 48, 1), ("rnn_tanh", 70, 1), ("gru", 37, 2)):
+        G = R.GATES[mode] * H
+        for B, dtype in ((1, "float64"), (3, "float32"), (5, "float32")):
+            T, I = 6, 24
+            t = lambda v: R.to_tf(v, dtype)  # noqa: E731
+            state = (B, 1, H)
+            x, h, c = (t(rng.uniform(-1, 1, s)) for s in ((B, T, I), state, state))
+            weights = dict(kernel=t(rng.uniform(-0.3, 0.3, (I, G))),
+                           recurrent_kernel=t(rng.uniform(-0.3, 0.3, (H, G))),
+                           bias=t(rng.uniform(-0.3, 0.3, (G,) if bias_rows == 1 else (2, G))))
+            none = t(np.zeros([0]))
+            kw = dict(input=x, input_h=h, input_c=c if mode == "lstm" else t(np.zeros(())),
+                      sequence_lengths=tf.constant(rng.integers(0, T + 1, B), tf.int32),
+                      input_masks=none, recurrent_masks=none, zoneout_h_weights=none,
+                      zoneout_c_weights=none, rnn_mode=mode, time_major=False)
+            params = op("KerasToCudnnParams")(**weights, rnn_mode=mode)
+            got = op("KerasRNN")(**kw, **weights)
+            want = op("CudnnRNNV3Keras")(**kw, params=params)
+            what = "KerasRNN %s H=%d B=%d %s" % (mode, H, B, dtype)
+            for k in ("output", "output_h", "output_c"):
+                close(k, R.to_np(getattr(got, k)), R.to_np(getattr(want, k)), TOL[dtype], what)
+            cot = {k: t(rng.uniform(-1, 1, getattr(got, k).shape))
+                   for k in ("output", "output_h", "output_c")}
+            back = dict(output_backprop=cot["output"], output_h_backprop=cot["output_h"],
+                        output_c_backprop=cot["output_c"])
+            got_b = op("KerasRNNBackprop")(**kw, **weights, **back, output=got.output,
+                                           output_h=got.output_h, output_c=got.output_c,
+                                           reserve_space=got.reserve_space,
+                                           host_reserved=got.host_reserved)
+            want_b = op("CudnnRNNBackpropV3Keras")(**kw, params=params, **back,
+                                                   output=want.output, output_h=want.output_h,
+                                                   output_c=want.output_c,
+                                                   reserve_space=want.reserve_space,
+                                                   host_reserved=want.host_reserved)
+            want_w = op("CudnnParamsToKeras")(params=want_b.params_backprop, rnn_mode=mode,
+                                              input_size=I, num_units=H, bias_rows=bias_rows)
+            for k in ("input_backprop", "input_h_backprop"):
+                close(k, R.to_np(getattr(got_b, k)), R.to_np(getattr(want_b, k)), TOL[dtype],
+                      what)
+            for k, w in zip(("kernel_backprop", "recurrent_kernel_backprop", "bias_backprop"),
+                            want_w):
+                close(k, R.to_np(getattr(got_b, k)), R.to_np(w), TOL[dtype], what)
+
+
 print("ISA %s" % cpu_isa(), flush=True)
 rng = np.random.default_rng(int(sys.argv[1]))
 block_lstm_cases(rng)
 cudnn_cases(rng)
 keras_params_cases(rng)
+keras_rnn_cases(rng)
 print("DONE %d" % checks, flush=True)
