@@ -284,3 +284,43 @@ def test_backprop_checks_the_reserve_space_and_names_bad_weights(rng):
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"output_backprop"):
         library.op("KerasRNNBackprop")(
             **dict(bargs, output_backprop=tf.zeros([2, 4, 4], tf.float64)))
+
+
+@pytest.mark.parametrize("op_name", ["KerasRNN", "KerasRNNBackprop"])
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("what,message", [
+    ("input rank 2", "input must be rank 3"),
+    ("batch mismatch", "input_h"),
+    ("length past T", r"sequence_lengths\[1\] must be in \[0, max_time = 5\]"),
+    ("negative length", r"sequence_lengths\[0\] must be in \[0, max_time = 5\]"),
+    ("lengths of another batch", "sequence_lengths"),
+    ("input_c mismatch", "input_c"),
+])
+def test_bad_inputs_of_both_ops_name_the_argument(rng, op_name, mode, what, message):
+    # (an empty T or B is valid: test_empty_runs_...; bad weights: test_bad_weights_...)
+    args, attrs = make_case(rng, "lstm", B=2)
+    if op_name == "KerasRNNBackprop":
+        args = backprop_args(args, attrs, keras_rnn(args, attrs), rng)
+        attrs = {}
+    lengths = {"length past T": [5, 6], "negative length": [-1, 5],
+               "lengths of another batch": [5, 5, 5]}
+    if what in lengths:
+        args["sequence_lengths"] = tf.constant(lengths[what], tf.int32)
+    elif what == "input rank 2":
+        args["input"] = args["input"][0]
+    elif what == "batch mismatch":
+        args["input_h"] = tf.zeros([3, 1, 4], tf.float64)
+    else:
+        args["input_c"] = tf.zeros([2, 1, 5], tf.float64)
+
+    static = dict(attrs, **{k: v for k, v in args.items() if not tf.is_tensor(v)})
+    args = {k: v for k, v in args.items() if tf.is_tensor(v)}
+
+    def run(kw):
+        return library.op(op_name)(**kw, **static)[0]
+
+    if mode == "function":  # unknown shapes: the kernel's checks, not shape inference's
+        run = tf.function(run, input_signature=[
+            {k: tf.TensorSpec(None, v.dtype) for k, v in args.items()}])
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        run(args)
