@@ -24,7 +24,11 @@ def engine_family(family):
         name = "cpu_engine",
         srcs = ["cpu_engine.cc"],
         hdrs = ["cpu_engine.h"],
-        copts = CPU_COPTS,
+        # No fused multiply-adds in the element-wise passes: their AVX-512 variants
+        # (cc/cpu/elementwise.h) round exactly like the AVX code (which has no FMA). GCC 12's
+        # AVX-512 intrinsic headers (their "undefined" vectors) trip -Wmaybe-uninitialized in
+        # those variants: a false positive that would fill every build log.
+        copts = CPU_COPTS + ["-ffp-contract=off", "-Wno-maybe-uninitialized"],
         deps = [
             "//cc/core",
             "//cc/cpu:linalg",

@@ -29,6 +29,7 @@
 
 #include "cc/core/lstm_cell.h"
 #include "cc/core/precision.h"
+#include "cc/cpu/elementwise.h"
 #include "cc/cpu/linalg.h"
 
 namespace tf_lstm_ops {
@@ -225,13 +226,15 @@ void BackwardUnitsFor(const LstmAttrs& attrs, bool direct, int64_t b0, int64_t b
                   decltype(staged)::value>(b0, b1, j0, j1, H, blk, peep, act, cs_prev, out_grads,
                                            dc_carry, dh_carry, dgates, stage, dc_out);
   };
-  if constexpr (std::is_same_v<T, A>) {
-    WithFlags(attrs.use_peephole, direct, stage != nullptr, run);
-  } else {  // only the in-place backward stages, and it needs T == A
-    WithFlags(attrs.use_peephole, direct, [&](auto peephole, auto direct_c) {
-      run(peephole, direct_c, std::false_type{});
-    });
-  }
+  Elementwise([&] {
+    if constexpr (std::is_same_v<T, A>) {
+      WithFlags(attrs.use_peephole, direct, stage != nullptr, run);
+    } else {  // only the in-place backward stages, and it needs T == A
+      WithFlags(attrs.use_peephole, direct, [&](auto peephole, auto direct_c) {
+        run(peephole, direct_c, std::false_type{});
+      });
+    }
+  });
 }
 
 // Peephole gradients of a chunk of `rows` dgates rows, added to acc[0..3H) (wci, wcf, wco):
@@ -458,10 +461,12 @@ bool ForwardWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims,
         A* rec_u = rec + B * packing.col0(u);
         products.Recur(u, t, rec_u);
         const T* cs_prev = t == 0 ? in.cs_prev : out.cs + (t - 1) * step;
-        ForwardUnits<T, A, MathFor<T>, decltype(peephole)::value, decltype(clip)::value>(
-            B, j0, j0 + n, H, blk, params.forget_bias, params.cell_clip, xw.Row(s * B), rec_u,
-            packing.gate_cols(u), bias, cs_prev, peep, AtStep(out, t, step),
-            products.StateOut(t));
+        Elementwise([&] {
+          ForwardUnits<T, A, MathFor<T>, decltype(peephole)::value, decltype(clip)::value>(
+              B, j0, j0 + n, H, blk, params.forget_bias, params.cell_clip, xw.Row(s * B), rec_u,
+              packing.gate_cols(u), bias, cs_prev, peep, AtStep(out, t, step),
+              products.StateOut(t));
+        });
       });
     }
   });

@@ -82,6 +82,10 @@ void Transpose(int64_t rows, int64_t cols, const A* src, int64_t ld_src, A* dst,
 // GFLOP/s, measured for about `seconds`: the benchmark's hardware peak.
 double FmaPeakGflops(double seconds);
 
+// Whether the blocks run an AVX-512 build here (after TF_LSTM_OPS_CPU_ISA's cap): the engines'
+// element-wise passes then run their AVX-512 variant too (cc/cpu/elementwise.h).
+bool IsAvx512();
+
 // The instruction set the blocks run with on this CPU ("avx512_bf16" (AVX-512 with the bf16
 // dot product), "avx512", "avx2", "avx" or "generic").
 const char* IsaName();

@@ -268,6 +268,8 @@ void PackedBlockBf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t
   }
 }
 
+bool IsAvx512() { return Selected() == Isa::kAvx512Bf16 || Selected() == Isa::kAvx512; }
+
 const char* IsaName() {
   switch (Selected()) {
     case Isa::kAvx512Bf16:

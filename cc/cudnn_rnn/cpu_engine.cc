@@ -19,6 +19,7 @@
 
 #include "cc/core/cudnn_rnn_cells.h"
 #include "cc/core/precision.h"
+#include "cc/cpu/elementwise.h"
 #include "cc/cpu/linalg.h"
 #include "cc/cpu/rnn_inputs.h"
 #include "cc/cpu/rows.h"
@@ -373,84 +374,86 @@ void ForwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vector
     }
   }
   const bool relu = m.mode == RnnMode::kRnnRelu;
-  for (int64_t b = 0; b < B; ++b) {
-    if (t >= len[b]) {  // past this sequence's end: hold the state
-      // (with a projection, the output slices hold h)
-      if (!m.has_proj()) std::memcpy(h_out + b * Hr + j0, h_prev + b * Hr + j0, n * sizeof(A));
-      if (pl.c) std::memcpy(pl.c + (t * B + b) * H + j0, c_prev + b * H + j0, n * sizeof(A));
-      if (pl.gates) {
-        const int saved_gates = SavedGatesOf(m.mode);
-        A* saved = pl.gates + (t * B + b) * saved_gates * H + j0;
-        for (int g = 0; g < saved_gates; ++g) std::fill(saved + g * H, saved + g * H + n, A(0));
-      }
-      continue;
-    }
-    // Pre-activation halves of gate g at unit j0 + j: input side (W·x + b_W), recurrent side
-    // (R·h + b_R). One loop per mode, without branches, so that each vectorises.
-    // (__restrict: these buffers never overlap; GCC then needs no alias checks.)
-    const A* __restrict gx = xw + (t * B + b) * G + j0;
-    const A* __restrict gh = rec_u + b * row;
-    const A* __restrict bw = pl.bias_w + j0;
-    const A* __restrict br = pl.bias_r + j0;
-    auto x_side = [=](int g, int64_t j) { return gx[g * H + j] + bw[g * H + j]; };
-    auto h_side = [=](int g, int64_t j) { return gh[g * gn + j] + br[g * H + j]; };
-    // Saved gates (kSave) only where a backward will read them: each loop twice, without a
-    // branch inside.
-    A* const saved_row =
-        pl.gates ? pl.gates + (t * B + b) * SavedGatesOf(m.mode) * H + j0 : nullptr;
-    if (m.keras_cells()) {
-      const bool lstm = m.mode == RnnMode::kLstm;
-      A* out = lstm && m.has_proj() ? m_buf + b * H + j0 : h_out + b * Hr + j0;
-      ForwardRowAny<A, Math>(m, n, x_side, h_side, h_prev + b * Hr + j0,
-                             lstm ? c_prev + b * H + j0 : nullptr,
-                             lstm ? pl.c + (t * B + b) * H + j0 : nullptr, out, saved_row,
-                             zoneout.h.At((t * B + b) * H + j0),
-                             zoneout.c.At((t * B + b) * H + j0));
-    } else if (m.mode == RnnMode::kLstm) {  // gates i, f, c, o: lstm_cell.h's IFCO layout
-      const A* __restrict c_in = c_prev + b * H + j0;
-      A* __restrict c_out = pl.c + (t * B + b) * H + j0;
-      A* __restrict m_out = (m.has_proj() ? m_buf + b * H : h_out + b * Hr) + j0;
-      auto cells = [&](auto save) {
-        A* __restrict saved_out = saved_row;
-#pragma GCC ivdep  // distinct buffers: no alias checks needed
-        for (int64_t j = 0; j < n; ++j) {
-          const CellActivations<A> a = CudnnLstmForward<A, Math>(
-              x_side(0, j) + h_side(0, j), x_side(1, j) + h_side(1, j),
-              x_side(2, j) + h_side(2, j), x_side(3, j) + h_side(3, j), c_in[j]);
-          if constexpr (decltype(save)::value) CudnnLstmSave(a, saved_out, H, j);
-          c_out[j] = a.cs;
-          m_out[j] = a.h;
+  Elementwise([&] {
+    for (int64_t b = 0; b < B; ++b) {
+      if (t >= len[b]) {  // past this sequence's end: hold the state
+        // (with a projection, the output slices hold h)
+        if (!m.has_proj()) std::memcpy(h_out + b * Hr + j0, h_prev + b * Hr + j0, n * sizeof(A));
+        if (pl.c) std::memcpy(pl.c + (t * B + b) * H + j0, c_prev + b * H + j0, n * sizeof(A));
+        if (pl.gates) {
+          const int saved_gates = SavedGatesOf(m.mode);
+          A* saved = pl.gates + (t * B + b) * saved_gates * H + j0;
+          for (int g = 0; g < saved_gates; ++g) std::fill(saved + g * H, saved + g * H + n, A(0));
         }
-      };
-      saved_row ? cells(std::true_type{}) : cells(std::false_type{});
-    } else if (m.mode == RnnMode::kGru) {
-      const A* __restrict h_in = h_prev + b * Hr + j0;
-      A* __restrict h_row = h_out + b * Hr + j0;
-      auto cells = [&](auto save) {
-        A* __restrict saved_out = saved_row;
-#pragma GCC ivdep
-        for (int64_t j = 0; j < n; ++j) {
-          const GruActivations<A> a =
-              GruForward<A, Math>(x_side(0, j), x_side(1, j), x_side(2, j), h_side(0, j),
-                                  h_side(1, j), h_side(2, j), h_in[j]);
-          if constexpr (decltype(save)::value) {
-            saved_out[j] = a.r;
-            saved_out[H + j] = a.u;
-            saved_out[2 * H + j] = a.candidate;
-            saved_out[3 * H + j] = a.recurrent_candidate;
+        continue;
+      }
+      // Pre-activation halves of gate g at unit j0 + j: input side (W·x + b_W), recurrent side
+      // (R·h + b_R). One loop per mode, without branches, so that each vectorises.
+      // (__restrict: these buffers never overlap; GCC then needs no alias checks.)
+      const A* __restrict gx = xw + (t * B + b) * G + j0;
+      const A* __restrict gh = rec_u + b * row;
+      const A* __restrict bw = pl.bias_w + j0;
+      const A* __restrict br = pl.bias_r + j0;
+      auto x_side = [=](int g, int64_t j) { return gx[g * H + j] + bw[g * H + j]; };
+      auto h_side = [=](int g, int64_t j) { return gh[g * gn + j] + br[g * H + j]; };
+      // Saved gates (kSave) only where a backward will read them: each loop twice, without a
+      // branch inside.
+      A* const saved_row =
+          pl.gates ? pl.gates + (t * B + b) * SavedGatesOf(m.mode) * H + j0 : nullptr;
+      if (m.keras_cells()) {
+        const bool lstm = m.mode == RnnMode::kLstm;
+        A* out = lstm && m.has_proj() ? m_buf + b * H + j0 : h_out + b * Hr + j0;
+        ForwardRowAny<A, Math>(m, n, x_side, h_side, h_prev + b * Hr + j0,
+                               lstm ? c_prev + b * H + j0 : nullptr,
+                               lstm ? pl.c + (t * B + b) * H + j0 : nullptr, out, saved_row,
+                               zoneout.h.At((t * B + b) * H + j0),
+                               zoneout.c.At((t * B + b) * H + j0));
+      } else if (m.mode == RnnMode::kLstm) {  // gates i, f, c, o: lstm_cell.h's IFCO layout
+        const A* __restrict c_in = c_prev + b * H + j0;
+        A* __restrict c_out = pl.c + (t * B + b) * H + j0;
+        A* __restrict m_out = (m.has_proj() ? m_buf + b * H : h_out + b * Hr) + j0;
+        auto cells = [&](auto save) {
+          A* __restrict saved_out = saved_row;
+  #pragma GCC ivdep  // distinct buffers: no alias checks needed
+          for (int64_t j = 0; j < n; ++j) {
+            const CellActivations<A> a = CudnnLstmForward<A, Math>(
+                x_side(0, j) + h_side(0, j), x_side(1, j) + h_side(1, j),
+                x_side(2, j) + h_side(2, j), x_side(3, j) + h_side(3, j), c_in[j]);
+            if constexpr (decltype(save)::value) CudnnLstmSave(a, saved_out, H, j);
+            c_out[j] = a.cs;
+            m_out[j] = a.h;
           }
-          h_row[j] = a.h;
+        };
+        saved_row ? cells(std::true_type{}) : cells(std::false_type{});
+      } else if (m.mode == RnnMode::kGru) {
+        const A* __restrict h_in = h_prev + b * Hr + j0;
+        A* __restrict h_row = h_out + b * Hr + j0;
+        auto cells = [&](auto save) {
+          A* __restrict saved_out = saved_row;
+  #pragma GCC ivdep
+          for (int64_t j = 0; j < n; ++j) {
+            const GruActivations<A> a =
+                GruForward<A, Math>(x_side(0, j), x_side(1, j), x_side(2, j), h_side(0, j),
+                                    h_side(1, j), h_side(2, j), h_in[j]);
+            if constexpr (decltype(save)::value) {
+              saved_out[j] = a.r;
+              saved_out[H + j] = a.u;
+              saved_out[2 * H + j] = a.candidate;
+              saved_out[3 * H + j] = a.recurrent_candidate;
+            }
+            h_row[j] = a.h;
+          }
+        };
+        saved_row ? cells(std::true_type{}) : cells(std::false_type{});
+      } else {
+        A* __restrict h_row = h_out + b * Hr + j0;
+  #pragma GCC ivdep
+        for (int64_t j = 0; j < n; ++j) {
+          h_row[j] = SimpleRnnForward<A, Math>(relu, x_side(0, j) + h_side(0, j));
         }
-      };
-      saved_row ? cells(std::true_type{}) : cells(std::false_type{});
-    } else {
-      A* __restrict h_row = h_out + b * Hr + j0;
-#pragma GCC ivdep
-      for (int64_t j = 0; j < n; ++j) {
-        h_row[j] = SimpleRnnForward<A, Math>(relu, x_side(0, j) + h_side(0, j));
       }
     }
-  }
+  });
 }
 
 // ---- GRU resetting before (Keras' reset_after=False; docs/cudnn_rnn.md §4.8) -------------------
@@ -866,72 +869,74 @@ void BackwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vecto
   if (m.has_proj()) {
     gemm::Block(false, false, B, n, Hr, dht, Hr, pl.proj + j0, H, false, buf.dm + j0, H);
   }
-  for (int64_t b = 0; b < B; ++b) {
-    A* gx = buf.dgx + (t * B + b) * G + j0;
-    A* gh = buf.dgh + (t * B + b) * G + j0;
-    A* m_row = buf.m_seq ? buf.m_seq + (t * B + b) * H + j0 : nullptr;
-    if (t >= len[b]) {
-      for (int g = 0; g < m.gates(); ++g) {
-        std::fill(gx + g * H, gx + g * H + n, A(0));
-        if (gru) std::fill(gh + g * H, gh + g * H + n, A(0));
+  Elementwise([&] {
+    for (int64_t b = 0; b < B; ++b) {
+      A* gx = buf.dgx + (t * B + b) * G + j0;
+      A* gh = buf.dgh + (t * B + b) * G + j0;
+      A* m_row = buf.m_seq ? buf.m_seq + (t * B + b) * H + j0 : nullptr;
+      if (t >= len[b]) {
+        for (int g = 0; g < m.gates(); ++g) {
+          std::fill(gx + g * H, gx + g * H + n, A(0));
+          if (gru) std::fill(gh + g * H, gh + g * H + n, A(0));
+        }
+        if (m_row) std::fill(m_row, m_row + n, A(0));
+        continue;
       }
-      if (m_row) std::fill(m_row, m_row + n, A(0));
-      continue;
+      // (__restrict: distinct buffers, so GCC vectorises without alias checks; dc_row is read
+      // and written at the same index only.)
+      const A* __restrict dh_row = dht + b * Hr + j0;
+      A* __restrict gx_row = gx;
+      A* __restrict gh_row = gh;
+      A* const direct_row = buf.direct ? buf.direct + b * Hr + j0 : nullptr;
+      const ZoneoutView<A> zh = buf.zoneout.h.At((t * B + b) * H + j0);
+      if (m.gru_reset_before) {
+        BackwardRowResetCandidate<A, Math>(m, n, pl.gates + (t * B + b) * kSavedGates * H + j0,
+                                           h_prev + b * Hr + j0, dh_row, gx_row, gh_row,
+                                           direct_row, zh);
+      } else if (m.keras_cells()) {
+        const bool lstm = m.mode == RnnMode::kLstm;
+        BackwardRowAny<A, Math>(
+            m, n, pl.gates + (t * B + b) * SavedGatesOf(m.mode) * H + j0,
+            lstm ? pl.c + (t * B + b) * H + j0 : nullptr, lstm ? c_prev + b * H + j0 : nullptr,
+            lstm ? nullptr : h_prev + b * Hr + j0,
+            lstm && m.has_proj() ? buf.dm + b * H + j0 : dh_row,
+            lstm ? buf.dc + b * H + j0 : nullptr, gx_row, gh_row, direct_row, m_row, zh,
+            buf.zoneout.c.At((t * B + b) * H + j0));
+      } else if (m.mode == RnnMode::kLstm) {
+        const A* __restrict saved = pl.gates + (t * B + b) * kSavedGates * H + j0;
+        const A* __restrict c_row = pl.c + (t * B + b) * H + j0;
+        const A* __restrict c_in = c_prev + b * H + j0;
+        // dL/dm is dL/dh without a projection.
+        const A* __restrict dm_row = m.has_proj() ? buf.dm + b * H + j0 : dh_row;
+        A* __restrict dc_row = buf.dc + b * H + j0;
+  #pragma GCC ivdep
+        for (int64_t j = 0; j < n; ++j) {
+          const A co = Math::Tanh(c_row[j]);
+          const CellGradients<A> g =
+              CudnnLstmBackward(saved, H, j, c_row[j], co, c_in[j], dc_row[j], dm_row[j]);
+          StoreLstmGateGradients(g, H, j, gx_row);
+          dc_row[j] = g.cs_prev_grad;
+          if (m_row) m_row[j] = saved[3 * H + j] * co;  // m = o * tanh(c), for dPmat
+        }
+      } else if (gru) {
+        const A* __restrict saved = pl.gates + (t * B + b) * kSavedGates * H + j0;
+        const A* __restrict h_in = h_prev + b * Hr + j0;
+        A* __restrict direct_row = buf.direct + b * Hr + j0;
+  #pragma GCC ivdep
+        for (int64_t j = 0; j < n; ++j) {
+          const GruActivations<A> a{saved[j], saved[H + j], saved[2 * H + j], saved[3 * H + j],
+                                    A(0)};
+          const GruGradients<A> g = GruBackward<A>(a, h_in[j], dh_row[j]);
+          StoreGruGateGradients(g, H, j, gx_row, gh_row);
+          direct_row[j] = g.h_prev_direct;
+        }
+      } else {
+        const A* __restrict h_row = pl.h + (t * B + b) * Hr + j0;
+  #pragma GCC ivdep
+        for (int64_t j = 0; j < n; ++j) gx_row[j] = SimpleRnnBackward<A>(relu, h_row[j], dh_row[j]);
+      }
     }
-    // (__restrict: distinct buffers, so GCC vectorises without alias checks; dc_row is read
-    // and written at the same index only.)
-    const A* __restrict dh_row = dht + b * Hr + j0;
-    A* __restrict gx_row = gx;
-    A* __restrict gh_row = gh;
-    A* const direct_row = buf.direct ? buf.direct + b * Hr + j0 : nullptr;
-    const ZoneoutView<A> zh = buf.zoneout.h.At((t * B + b) * H + j0);
-    if (m.gru_reset_before) {
-      BackwardRowResetCandidate<A, Math>(m, n, pl.gates + (t * B + b) * kSavedGates * H + j0,
-                                         h_prev + b * Hr + j0, dh_row, gx_row, gh_row,
-                                         direct_row, zh);
-    } else if (m.keras_cells()) {
-      const bool lstm = m.mode == RnnMode::kLstm;
-      BackwardRowAny<A, Math>(
-          m, n, pl.gates + (t * B + b) * SavedGatesOf(m.mode) * H + j0,
-          lstm ? pl.c + (t * B + b) * H + j0 : nullptr, lstm ? c_prev + b * H + j0 : nullptr,
-          lstm ? nullptr : h_prev + b * Hr + j0,
-          lstm && m.has_proj() ? buf.dm + b * H + j0 : dh_row,
-          lstm ? buf.dc + b * H + j0 : nullptr, gx_row, gh_row, direct_row, m_row, zh,
-          buf.zoneout.c.At((t * B + b) * H + j0));
-    } else if (m.mode == RnnMode::kLstm) {
-      const A* __restrict saved = pl.gates + (t * B + b) * kSavedGates * H + j0;
-      const A* __restrict c_row = pl.c + (t * B + b) * H + j0;
-      const A* __restrict c_in = c_prev + b * H + j0;
-      // dL/dm is dL/dh without a projection.
-      const A* __restrict dm_row = m.has_proj() ? buf.dm + b * H + j0 : dh_row;
-      A* __restrict dc_row = buf.dc + b * H + j0;
-#pragma GCC ivdep
-      for (int64_t j = 0; j < n; ++j) {
-        const A co = Math::Tanh(c_row[j]);
-        const CellGradients<A> g =
-            CudnnLstmBackward(saved, H, j, c_row[j], co, c_in[j], dc_row[j], dm_row[j]);
-        StoreLstmGateGradients(g, H, j, gx_row);
-        dc_row[j] = g.cs_prev_grad;
-        if (m_row) m_row[j] = saved[3 * H + j] * co;  // m = o * tanh(c), for dPmat
-      }
-    } else if (gru) {
-      const A* __restrict saved = pl.gates + (t * B + b) * kSavedGates * H + j0;
-      const A* __restrict h_in = h_prev + b * Hr + j0;
-      A* __restrict direct_row = buf.direct + b * Hr + j0;
-#pragma GCC ivdep
-      for (int64_t j = 0; j < n; ++j) {
-        const GruActivations<A> a{saved[j], saved[H + j], saved[2 * H + j], saved[3 * H + j],
-                                  A(0)};
-        const GruGradients<A> g = GruBackward<A>(a, h_in[j], dh_row[j]);
-        StoreGruGateGradients(g, H, j, gx_row, gh_row);
-        direct_row[j] = g.h_prev_direct;
-      }
-    } else {
-      const A* __restrict h_row = pl.h + (t * B + b) * Hr + j0;
-#pragma GCC ivdep
-      for (int64_t j = 0; j < n; ++j) gx_row[j] = SimpleRnnBackward<A>(relu, h_row[j], dh_row[j]);
-    }
-  }
+  });
 }
 
 // The second phase of a sweep step of a GRU resetting before, for output slice u (once every
