@@ -74,8 +74,7 @@ def keras_weights(kernel, recurrent_kernel, bias):
     kernel [I, G*H], recurrent_kernel [H, G*H]; bias [G*H] (LSTM, SimpleRNN: b_R, with b_W = 0),
     [2, G*H] (GRU with reset_after: b_W, b_R) or None (no bias: zeros)."""
     if bias is None:
-        bias = tf.zeros([recurrent_kernel.shape[1] if recurrent_kernel.shape[1] is not None
-                         else tf.shape(recurrent_kernel)[1]], recurrent_kernel.dtype)
+        bias = tf.zeros_like(recurrent_kernel[0])  # [G*H], whether or not H is static
     return kernel, recurrent_kernel, bias
 
 
