@@ -58,7 +58,7 @@ for dtype in (tf.float32, tf.float64, tf.float16):
                  list(out) + tape.gradient(loss, [x, w, b, h0, c0]))
 
 # The Keras layers run the CudnnRNN engine (KerasRNN): every cell kind, Keras' activations, and
-# a mask (held states).
+# a mask (held states); the LayerNorm layers their own engines.
 mask = np.ones((B, T), bool)
 mask[1, 4:] = False
 mask[3, :2] = False
@@ -70,6 +70,11 @@ layers = {
     "gru_reset_before": lambda: tlk.GRU(H, return_sequences=True, reset_after=False),
     "gru_elu": lambda: tlk.GRU(H, return_sequences=True, activation="elu"),
     "simple_rnn": lambda: tlk.SimpleRNN(H, return_sequences=True),
+    # the LayerNorm engines: norms (sums in a fixed order) and cells
+    "layer_norm_lstm": lambda: tlk.LayerNormLSTM(H, return_sequences=True),
+    "layer_norm_lstm_paper": lambda: tlk.LayerNormLSTM(H, norm="paper", return_sequences=True),
+    "layer_norm_gru": lambda: tlk.LayerNormGRU(H, return_sequences=True),
+    "layer_norm_simple_rnn": lambda: tlk.LayerNormSimpleRNN(H, return_sequences=True),
 }
 for name, make in layers.items():
     keras.utils.set_random_seed(3)

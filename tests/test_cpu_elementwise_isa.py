@@ -2,7 +2,8 @@
 (cc/cpu/elementwise.h), without fused multiply-adds, so that it rounds exactly like the AVX code
 the AVX2 and AVX CPUs run. Checked here bit for bit: the same forward and gradients (block LSTM in
 float, double and half with every flag; the Keras layers' LSTM, GRU and SimpleRNN with Keras'
-activations and a mask) from this CPU's AVX-512 build and from the AVX2 build, whose GEMM tiles
+activations and a mask; the LayerNorm layers) from this CPU's AVX-512 build and from the AVX2
+build, whose GEMM tiles
 sum every product in the same order (B >= 4), each in a process of its own."""
 
 import os

@@ -15,6 +15,7 @@
 
 #include "cc/core/layer_norm.h"
 #include "cc/core/precision.h"
+#include "cc/cpu/elementwise.h"
 #include "cc/cpu/linalg.h"
 #include "cc/cpu/rnn_inputs.h"
 #include "cc/cpu/rows.h"
@@ -87,59 +88,67 @@ void ForwardRows(const Loop<A>& L, int64_t b0, int64_t b1, const A* zx, A* y) {
   A* row = RowScratch<A, 2>(2 * G + 3 * H);  // per row: x̂_h, gates, c', x̂_c, h̃
   for (int64_t t = 0; t < T; ++t) {
     gemm::PackedBlock(rows, G, H, L.operand(t, b0, b1, operand_buf), H, L.packed, false, ah, G);
-    for (int64_t b = b0; b < b1; ++b) {
-      const int64_t tb = t * B + b;
-      const A* h_prev = L.h_before(t, b);
-      const A* c_prev = L.c_before(t, b);
-      A* h_out = L.ws + L.lay.h() + tb * H;
-      A* c_out = L.ws + L.lay.c() + tb * H;
-      if (t >= L.len[b]) {  // past this sequence's end: hold the state, output zero
-        std::memcpy(h_out, h_prev, H * sizeof(A));
-        std::memcpy(c_out, c_prev, H * sizeof(A));
-        std::fill(y + tb * H, y + (tb + 1) * H, A(0));
-        if (training) {  // (the backward's sums read these rows times zero gradients)
-          for (int64_t offset : {L.lay.gates() + tb * G, L.lay.xhat_h() + tb * G}) {
-            std::fill(L.ws + offset, L.ws + offset + G, A(0));
+    Elementwise([&] {
+      for (int64_t b = b0; b < b1; ++b) {
+        const int64_t tb = t * B + b;
+        const A* h_prev = L.h_before(t, b);
+        const A* c_prev = L.c_before(t, b);
+        A* h_out = L.ws + L.lay.h() + tb * H;
+        A* c_out = L.ws + L.lay.c() + tb * H;
+        if (t >= L.len[b]) {  // past this sequence's end: hold the state, output zero
+          std::memcpy(h_out, h_prev, H * sizeof(A));
+          std::memcpy(c_out, c_prev, H * sizeof(A));
+          std::fill(y + tb * H, y + (tb + 1) * H, A(0));
+          if (training) {  // (the backward's sums read these rows times zero gradients)
+            for (int64_t offset : {L.lay.gates() + tb * G, L.lay.xhat_h() + tb * G}) {
+              std::fill(L.ws + offset, L.ws + offset + G, A(0));
+            }
+            std::fill(L.ws + L.lay.xhat_c() + tb * H, L.ws + L.lay.xhat_c() + (tb + 1) * H, A(0));
+            std::fill(L.ws + L.lay.rstd() + tb * 3 + 1, L.ws + L.lay.rstd() + tb * 3 + 3, A(0));
           }
-          std::fill(L.ws + L.lay.xhat_c() + tb * H, L.ws + L.lay.xhat_c() + (tb + 1) * H, A(0));
-          std::fill(L.ws + L.lay.rstd() + tb * 3 + 1, L.ws + L.lay.rstd() + tb * 3 + 3, A(0));
+          continue;
         }
-        continue;
+        A* xhat_h = training ? L.ws + L.lay.xhat_h() + tb * G : row;
+        A* gates = training ? L.ws + L.lay.gates() + tb * G : row + G;
+        A* c_new = row + 2 * G;
+        A* xhat_c = training ? L.ws + L.lay.xhat_c() + tb * H : c_new + H;
+        A* h_new = c_new + 2 * H;
+        const A r_h = NormalizeRow(ah + (b - b0) * G, G, eps, xhat_h);
+        const A* zx_row = zx + tb * G;
+        for (int64_t k = 0; k < G; ++k) {
+          gates[k] = zx_row[k] + (xhat_h[k] * w.gamma_h[k] + w.beta_h[k]);
+        }
+        // one loop per activation (i and f, g, o), so that each vectorises
+        for (int64_t k = 0; k < 2 * H; ++k) {
+          gates[k] = LayerNormLstmGateOf<false, A, Math>(gates[k]);
+        }
+        for (int64_t k = 2 * H; k < 3 * H; ++k) {
+          gates[k] = LayerNormLstmGateOf<true, A, Math>(gates[k]);
+        }
+        for (int64_t k = 3 * H; k < G; ++k) {
+          gates[k] = LayerNormLstmGateOf<false, A, Math>(gates[k]);
+        }
+        for (int64_t j = 0; j < H; ++j) c_new[j] = LayerNormLstmCell(gates, H, j, c_prev[j]);
+        const A r_c = NormalizeRow(c_new, H, eps, xhat_c);
+        for (int64_t j = 0; j < H; ++j) {
+          const LayerNormLstmOutput<A> out = LayerNormLstmOutputAt<A, Math>(
+              m.preset, gates, H, j, xhat_c[j], w.gamma_c[j], w.beta_c[j], c_new[j]);
+          h_new[j] = out.h;
+          c_new[j] = out.c;
+        }
+        const ZoneoutView<A> zh = L.zoneout.h.At(tb * H), zc = L.zoneout.c.At(tb * H);
+        for (int64_t j = 0; j < H; ++j) {
+          h_out[j] = zh.Blend(j, h_new[j], h_prev[j]);
+          c_out[j] = zc.Blend(j, c_new[j], c_prev[j]);
+        }
+        std::memcpy(y + tb * H, h_out, H * sizeof(A));
+        if (training) {
+          A* rstd = L.ws + L.lay.rstd() + tb * 3;
+          rstd[1] = r_h;
+          rstd[2] = r_c;
+        }
       }
-      A* xhat_h = training ? L.ws + L.lay.xhat_h() + tb * G : row;
-      A* gates = training ? L.ws + L.lay.gates() + tb * G : row + G;
-      A* c_new = row + 2 * G;
-      A* xhat_c = training ? L.ws + L.lay.xhat_c() + tb * H : c_new + H;
-      A* h_new = c_new + 2 * H;
-      const A r_h = NormalizeRow(ah + (b - b0) * G, G, eps, xhat_h);
-      const A* zx_row = zx + tb * G;
-      for (int64_t k = 0; k < G; ++k) gates[k] = zx_row[k] + (xhat_h[k] * w.gamma_h[k] + w.beta_h[k]);
-      // one loop per activation (i and f, g, o), so that each vectorises
-      for (int64_t k = 0; k < 2 * H; ++k) gates[k] = LayerNormLstmGateOf<false, A, Math>(gates[k]);
-      for (int64_t k = 2 * H; k < 3 * H; ++k) {
-        gates[k] = LayerNormLstmGateOf<true, A, Math>(gates[k]);
-      }
-      for (int64_t k = 3 * H; k < G; ++k) gates[k] = LayerNormLstmGateOf<false, A, Math>(gates[k]);
-      for (int64_t j = 0; j < H; ++j) c_new[j] = LayerNormLstmCell(gates, H, j, c_prev[j]);
-      const A r_c = NormalizeRow(c_new, H, eps, xhat_c);
-      for (int64_t j = 0; j < H; ++j) {
-        const LayerNormLstmOutput<A> out = LayerNormLstmOutputAt<A, Math>(
-            m.preset, gates, H, j, xhat_c[j], w.gamma_c[j], w.beta_c[j], c_new[j]);
-        h_new[j] = out.h;
-        c_new[j] = out.c;
-      }
-      const ZoneoutView<A> zh = L.zoneout.h.At(tb * H), zc = L.zoneout.c.At(tb * H);
-      for (int64_t j = 0; j < H; ++j) {
-        h_out[j] = zh.Blend(j, h_new[j], h_prev[j]);
-        c_out[j] = zc.Blend(j, c_new[j], c_prev[j]);
-      }
-      std::memcpy(y + tb * H, h_out, H * sizeof(A));
-      if (training) {
-        A* rstd = L.ws + L.lay.rstd() + tb * 3;
-        rstd[1] = r_h;
-        rstd[2] = r_c;
-      }
-    }
+    });
   }
 }
 
@@ -257,26 +266,28 @@ void BackwardRows(const Loop<A>& L, int64_t b0, int64_t b1, const A* dy, A* dz_a
   A* row = RowScratch<A, 2>(G + 4 * H);     // per row: d(x̂) of a norm, dc', zoneout's
                                             // weights of h and c, dL/dh_t
   for (int64_t t = T - 1; t >= 0; --t) {
-    for (int64_t b = b0; b < b1; ++b) {
-      const int64_t tb = t * B + b;
-      A* dz = dz_all + tb * G;
-      A* dah = dah_all + tb * G;
-      A* dq = dq_all + tb * H;
-      if (t >= L.len[b]) {  // the row did not run this step: its gradients pass through
-        std::fill(dz, dz + G, A(0));
-        std::fill(dah, dah + G, A(0));
-        std::fill(dq, dq + H, A(0));
-        continue;
+    Elementwise([&] {
+      for (int64_t b = b0; b < b1; ++b) {
+        const int64_t tb = t * B + b;
+        A* dz = dz_all + tb * G;
+        A* dah = dah_all + tb * G;
+        A* dq = dq_all + tb * H;
+        if (t >= L.len[b]) {  // the row did not run this step: its gradients pass through
+          std::fill(dz, dz + G, A(0));
+          std::fill(dah, dah + G, A(0));
+          std::fill(dq, dq + H, A(0));
+          continue;
+        }
+        A* dh_b = dh + (b - b0) * H;
+        A* dh_total = row + G + 3 * H;
+        for (int64_t j = 0; j < H; ++j) dh_total[j] = dh_b[j] + dy[tb * H + j];
+        WithFlags(L.zoneout.h.keep != nullptr, L.zoneout.c.keep != nullptr, [&](auto kh, auto kc) {
+          BackwardRow<A, Math, decltype(kh)::value, decltype(kc)::value>(
+              L, tb, L.c_before(t, b), dh_total, dc + (b - b0) * H, direct + (b - b0) * H, dz, dq,
+              dah, row);
+        });
       }
-      A* dh_b = dh + (b - b0) * H;
-      A* dh_total = row + G + 3 * H;
-      for (int64_t j = 0; j < H; ++j) dh_total[j] = dh_b[j] + dy[tb * H + j];
-      WithFlags(L.zoneout.h.keep != nullptr, L.zoneout.c.keep != nullptr, [&](auto kh, auto kc) {
-        BackwardRow<A, Math, decltype(kh)::value, decltype(kc)::value>(
-            L, tb, L.c_before(t, b), dh_total, dc + (b - b0) * H, direct + (b - b0) * H, dz, dq,
-            dah, row);
-      });
-    }
+    });
     gemm::PackedBlock(rows, H, G, dah_all + (t * B + b0) * G, G, L.packed, false, carried, H);
     for (int64_t b = b0; b < b1; ++b) {
       if (t >= L.len[b]) continue;

@@ -15,6 +15,7 @@
 
 #include "cc/core/layer_norm.h"
 #include "cc/core/precision.h"
+#include "cc/cpu/elementwise.h"
 #include "cc/cpu/linalg.h"
 #include "cc/cpu/rnn_inputs.h"
 #include "cc/cpu/rows.h"
@@ -149,38 +150,40 @@ void ForwardRows(const Loop<A>& L, int64_t b0, int64_t b1, const A* zx, A* y) {
   A* row = RowScratch<A, 2>(4 * H + G + 3 * H + 2);  // unsaved: cell values, x̂, h̃, r; gates
   for (int64_t t = 0; t < T; ++t) {
     gemm::PackedBlock(rows, G, H, L.operand(t, b0, b1, operand_buf), H, L.packed, false, ah, G);
-    for (int64_t b = b0; b < b1; ++b) {
-      const int64_t tb = t * B + b;
-      const A* h_prev = L.h_before(t, b);
-      A* h_out = L.ws + L.lay.h() + tb * H;
-      if (t >= L.len[b]) {  // past this sequence's end: hold the state, output zero
-        std::memcpy(h_out, h_prev, H * sizeof(A));
-        std::fill(y + tb * H, y + (tb + 1) * H, A(0));
-        if (training) {  // (the backward's sums read these rows times zero gradients)
-          if (m.gru()) {
-            std::fill(L.ws + L.lay.saved() + tb * 4 * H, L.ws + L.lay.saved() + (tb + 1) * 4 * H,
-                      A(0));
-            std::fill(L.ws + L.lay.xhat_h() + tb * G, L.ws + L.lay.xhat_h() + (tb + 1) * G, A(0));
-          } else {
-            std::fill(L.ws + L.lay.xhat_x() + tb * G, L.ws + L.lay.xhat_x() + (tb + 1) * G, A(0));
+    Elementwise([&] {
+      for (int64_t b = b0; b < b1; ++b) {
+        const int64_t tb = t * B + b;
+        const A* h_prev = L.h_before(t, b);
+        A* h_out = L.ws + L.lay.h() + tb * H;
+        if (t >= L.len[b]) {  // past this sequence's end: hold the state, output zero
+          std::memcpy(h_out, h_prev, H * sizeof(A));
+          std::fill(y + tb * H, y + (tb + 1) * H, A(0));
+          if (training) {  // (the backward's sums read these rows times zero gradients)
+            if (m.gru()) {
+              std::fill(L.ws + L.lay.saved() + tb * 4 * H, L.ws + L.lay.saved() + (tb + 1) * 4 * H,
+                        A(0));
+              std::fill(L.ws + L.lay.xhat_h() + tb * G, L.ws + L.lay.xhat_h() + (tb + 1) * G, A(0));
+            } else {
+              std::fill(L.ws + L.lay.xhat_x() + tb * G, L.ws + L.lay.xhat_x() + (tb + 1) * G, A(0));
+            }
+            // (the GRU's x·W norm ran before the loop, for every row: its r stays)
+            A* rstd = L.ws + L.lay.rstd() + tb * 2;
+            std::fill(rstd + (m.gru() ? 1 : 0), rstd + 2, A(0));
           }
-          // (the GRU's x·W norm ran before the loop, for every row: its r stays)
-          A* rstd = L.ws + L.lay.rstd() + tb * 2;
-          std::fill(rstd + (m.gru() ? 1 : 0), rstd + 2, A(0));
+          continue;
         }
-        continue;
+        A* saved = training && m.gru() ? L.ws + L.lay.saved() + tb * 4 * H : row;
+        A* xhat = training ? L.ws + (m.gru() ? L.lay.xhat_h() : L.lay.xhat_x()) + tb * G
+                           : row + 4 * H;
+        A* h_new = row + 4 * H + G;
+        A* rstd = training ? L.ws + L.lay.rstd() + tb * 2 : h_new + H;
+        ForwardRow<A, Math>(L, zx + tb * G, ah + (b - b0) * G, h_prev, h_new, saved, xhat, rstd,
+                            h_new + H + 2);
+        const ZoneoutView<A> zh = L.zoneout.At(tb * H);
+        for (int64_t j = 0; j < H; ++j) h_out[j] = zh.Blend(j, h_new[j], h_prev[j]);
+        std::memcpy(y + tb * H, h_out, H * sizeof(A));
       }
-      A* saved = training && m.gru() ? L.ws + L.lay.saved() + tb * 4 * H : row;
-      A* xhat = training ? L.ws + (m.gru() ? L.lay.xhat_h() : L.lay.xhat_x()) + tb * G
-                         : row + 4 * H;
-      A* h_new = row + 4 * H + G;
-      A* rstd = training ? L.ws + L.lay.rstd() + tb * 2 : h_new + H;
-      ForwardRow<A, Math>(L, zx + tb * G, ah + (b - b0) * G, h_prev, h_new, saved, xhat, rstd,
-                          h_new + H + 2);
-      const ZoneoutView<A> zh = L.zoneout.At(tb * H);
-      for (int64_t j = 0; j < H; ++j) h_out[j] = zh.Blend(j, h_new[j], h_prev[j]);
-      std::memcpy(y + tb * H, h_out, H * sizeof(A));
-    }
+    });
   }
 }
 
@@ -282,28 +285,30 @@ void BackwardRows(const Loop<A>& L, int64_t b0, int64_t b1, const A* dy, A* dzx_
   A* row = RowScratch<A, 2>(6 * H + H);     // per row: a norm's d(x̂) or the gates and
                                             // their slopes; dL/dh̃
   for (int64_t t = T - 1; t >= 0; --t) {
-    for (int64_t b = b0; b < b1; ++b) {
-      const int64_t tb = t * B + b;
-      A* dzx = dzx_all + tb * G;
-      A* dah = dah_all + tb * G;
-      A* du = du_all + tb * G;
-      if (t >= L.len[b]) {  // the row did not run this step: its gradient passes through
-        std::fill(dzx, dzx + G, A(0));
-        std::fill(dah, dah + G, A(0));
-        std::fill(du, du + G, A(0));
-        continue;
+    Elementwise([&] {
+      for (int64_t b = b0; b < b1; ++b) {
+        const int64_t tb = t * B + b;
+        A* dzx = dzx_all + tb * G;
+        A* dah = dah_all + tb * G;
+        A* du = du_all + tb * G;
+        if (t >= L.len[b]) {  // the row did not run this step: its gradient passes through
+          std::fill(dzx, dzx + G, A(0));
+          std::fill(dah, dah + G, A(0));
+          std::fill(du, du + G, A(0));
+          continue;
+        }
+        A* dh_b = dh + (b - b0) * H;
+        A* direct_b = direct + (b - b0) * H;
+        A* dh_new = row + 6 * H;
+        const ZoneoutView<A> zh = L.zoneout.At(tb * H);
+        for (int64_t j = 0; j < H; ++j) {
+          const A dh_total = dh_b[j] + dy[tb * H + j];
+          direct_b[j] = zh.ToPrevious(j, dh_total);
+          dh_new[j] = zh.ToNew(j, dh_total);
+        }
+        BackwardRow<A, Math>(L, tb, L.h_before(t, b), dh_new, direct_b, dzx, dah, du, row);
       }
-      A* dh_b = dh + (b - b0) * H;
-      A* direct_b = direct + (b - b0) * H;
-      A* dh_new = row + 6 * H;
-      const ZoneoutView<A> zh = L.zoneout.At(tb * H);
-      for (int64_t j = 0; j < H; ++j) {
-        const A dh_total = dh_b[j] + dy[tb * H + j];
-        direct_b[j] = zh.ToPrevious(j, dh_total);
-        dh_new[j] = zh.ToNew(j, dh_total);
-      }
-      BackwardRow<A, Math>(L, tb, L.h_before(t, b), dh_new, direct_b, dzx, dah, du, row);
-    }
+    });
     gemm::PackedBlock(rows, H, G, dah_all + (t * B + b0) * G, G, L.packed, false, carried, H);
     for (int64_t b = b0; b < b1; ++b) {
       if (t >= L.len[b]) continue;
