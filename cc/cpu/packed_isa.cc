@@ -210,7 +210,8 @@ void Tile(int64_t k, const A* a, int64_t lda, const A* const* b, int64_t ldb_row
   }
 }
 
-template <typename A, int kRows, bool kTransA, bool kMaskB, bool kWide>
+// Tile<kRows, vecs> for vecs in [1, kMaxVecs].
+template <typename A, int kRows, int kMaxVecs, bool kTransA, bool kMaskB, bool kWide>
 void TileOfRows(int vecs, int64_t k, const A* a, int64_t lda, const A* const* b, int64_t ldb_row,
                 bool accumulate, A* c, int64_t ldc, int last_lanes, double* wide) {
   switch (vecs) {
@@ -221,42 +222,68 @@ void TileOfRows(int vecs, int64_t k, const A* a, int64_t lda, const A* const* b,
       return Tile<A, kRows, 2, kTransA, kMaskB, kWide>(k, a, lda, b, ldb_row, accumulate, c, ldc,
                                                        last_lanes, wide);
     default:
-      if constexpr (kTileVecs == 4) {
-        if (vecs == 3) {
+      if constexpr (kMaxVecs >= 3) {
+        if (vecs == 3 || kMaxVecs == 3) {
           return Tile<A, kRows, 3, kTransA, kMaskB, kWide>(k, a, lda, b, ldb_row, accumulate, c,
                                                            ldc, last_lanes, wide);
         }
+      }
+      if constexpr (kMaxVecs >= 4) {
         return Tile<A, kRows, 4, kTransA, kMaskB, kWide>(k, a, lda, b, ldb_row, accumulate, c,
                                                          ldc, last_lanes, wide);
       }
   }
 }
 
-// C[m, n] (+)= op(A)·B over register tiles: B's column c at column(c) + p·ldb_row for row p
-// (packed panels, or a row-major B), op(A) as in Tile. Column tiles outer: a tile's k x
-// kTileCols slice of B is reused by every row tile from L1/L2. With kWide, n <= kWideLd and the
-// products are added into `wide` (double, [m, kWideLd]) instead of C.
-template <typename A, bool kTransA, bool kMaskB, bool kWide = false, typename Column>
+// A tile shape: up to kRows rows by kVecs vectors of accumulators.
+template <int kRowsMax, int kVecsMax>
+struct TileShape {
+  static constexpr int kRows = kRowsMax, kVecs = kVecsMax;
+};
+using WideTiles = TileShape<kTileRows, kTileVecs>;  // 6 x 4 (AVX-512), 6 x 2 (AVX2)
+// Taller, narrower tiles for the recurrent products of >= 7 rows with AVX-512: B streams from
+// L2 into every row tile, and a 5 x 4 tile (32 rows are 6, 6, 5, 5, 5, 5) needs 12.8 bytes of B
+// per FMA against 6 x 4's 10.7 and 8 x 3's 8. In isolation 32 x 512 x 256 products with 5-row
+// tiles ran ~15 % below those with only 6-row ones, and 8 x 3 tiles ~5-15 % faster than 6 x 4
+// (best and median of repeated runs, noisy 2-core VM). (AVX2's 16 registers hold no taller tile
+// than 6 x 2.)
+constexpr bool kHasTallTiles = kTileVecs == 4;
+using TallTiles = TileShape<8, 3>;
+
+// C[m, n] (+)= op(A)·B over register tiles of Shape: B's column c at column(c) + p·ldb_row for
+// row p (packed panels, or a row-major B), op(A) as in Tile. Column tiles outer: a tile's k x
+// tile-columns slice of B is reused by every row tile from L1/L2. With kWide (WideTiles only),
+// n <= kWideLd and the products are added into `wide` (double, [m, kWideLd]) instead of C. The
+// tile shape decides the speed, never the sums (each output is one chain in increasing k).
+template <typename A, bool kTransA, bool kMaskB, bool kWide = false, typename Shape = WideTiles,
+          typename Column>
 void TiledProduct(int64_t m, int64_t n, int64_t k, const A* a, int64_t lda, Column column,
                   int64_t ldb_row, bool accumulate, A* c, int64_t ldc, double* wide = nullptr) {
   constexpr int kLanes = Vec<A>::kLanes;
-  constexpr int64_t kTileCols = int64_t{kTileVecs} * kLanes;
+  constexpr int kRowsMax = Shape::kRows, kVecsMax = Shape::kVecs;
+  static_assert(!kWide || std::is_same_v<Shape, WideTiles>, "kWideLd is WideTiles' width");
+  constexpr int64_t kTileCols = int64_t{kVecsMax} * kLanes;
   using TileFn = void (*)(int, int64_t, const A*, int64_t, const A* const*, int64_t, bool, A*,
                           int64_t, int, double*);
-  static constexpr TileFn kByRows[kTileRows] = {
-      TileOfRows<A, 1, kTransA, kMaskB, kWide>, TileOfRows<A, 2, kTransA, kMaskB, kWide>,
-      TileOfRows<A, 3, kTransA, kMaskB, kWide>, TileOfRows<A, 4, kTransA, kMaskB, kWide>,
-      TileOfRows<A, 5, kTransA, kMaskB, kWide>, TileOfRows<A, 6, kTransA, kMaskB, kWide>};
+  static constexpr TileFn kByRows[8] = {
+      TileOfRows<A, 1, kVecsMax, kTransA, kMaskB, kWide>,
+      TileOfRows<A, 2, kVecsMax, kTransA, kMaskB, kWide>,
+      TileOfRows<A, 3, kVecsMax, kTransA, kMaskB, kWide>,
+      TileOfRows<A, 4, kVecsMax, kTransA, kMaskB, kWide>,
+      TileOfRows<A, 5, kVecsMax, kTransA, kMaskB, kWide>,
+      TileOfRows<A, 6, kVecsMax, kTransA, kMaskB, kWide>,
+      TileOfRows<A, kRowsMax >= 7 ? 7 : 6, kVecsMax, kTransA, kMaskB, kWide>,
+      TileOfRows<A, kRowsMax >= 8 ? 8 : 6, kVecsMax, kTransA, kMaskB, kWide>};
   for (int64_t c0 = 0; c0 < n; c0 += kTileCols) {
     const int64_t cols = std::min(kTileCols, n - c0);
     const int vecs = static_cast<int>((cols + kLanes - 1) / kLanes);
     const int last_lanes = static_cast<int>(cols - int64_t{vecs - 1} * kLanes);
-    const A* b[kTileVecs];
+    const A* b[kVecsMax];
     for (int v = 0; v < vecs; ++v) b[v] = column(c0 + int64_t{v} * kLanes);
     // Row tiles as even as they can be (32 rows: 6, 6, 5, 5, 5, 5, not 6 x 5 + 2): a tile of
     // few rows has too few independent FMA chains to hide the FMA latency (AVX2's 2 x 2 tile runs
     // at half speed).
-    const int64_t tiles = (m + kTileRows - 1) / kTileRows;
+    const int64_t tiles = (m + kRowsMax - 1) / kRowsMax;
     for (int64_t t = 0, r0 = 0; t < tiles; ++t) {
       const int rows = static_cast<int>((m - r0) / (tiles - t) + ((m - r0) % (tiles - t) != 0));
       kByRows[rows - 1](vecs, k, a + r0 * (kTransA ? 1 : lda), lda, b, ldb_row, accumulate,
@@ -269,9 +296,15 @@ void TiledProduct(int64_t m, int64_t n, int64_t k, const A* a, int64_t lda, Colu
 template <typename A>
 void PackedBlockSimd(int64_t m, int64_t n, int64_t k, const A* a, int64_t lda, const A* packed,
                      bool accumulate, A* c, int64_t ldc) {
-  TiledProduct<A, false, false>(
-      m, n, k, a, lda, [&](int64_t col) { return PanelColumn(packed, k, col); }, kPanelWidth,
-      accumulate, c, ldc);
+  auto panels = [&](int64_t col) { return PanelColumn(packed, k, col); };
+  if constexpr (kHasTallTiles) {
+    if (m > kTileRows) {
+      TiledProduct<A, false, false, false, TallTiles>(m, n, k, a, lda, panels, kPanelWidth,
+                                                      accumulate, c, ldc);
+      return;
+    }
+  }
+  TiledProduct<A, false, false>(m, n, k, a, lda, panels, kPanelWidth, accumulate, c, ldc);
 }
 
 // Products of a few rows by a B stored [n, k] (op(B) = Bᵀ): C[m, n] (+)= A·Bᵀ as dot products of
