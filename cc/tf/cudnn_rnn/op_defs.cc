@@ -95,12 +95,9 @@ absl::Status ScalarInputs(InferenceContext* c) {
   .Output("output_c: T") \
   .Output("reserve_space: T") \
   .Output("host_reserved: int8")
-#define TF_LSTM_RNN_V3_BACKPROP_IO \
-  .Input("input: T") \
-  .Input("input_h: T") \
-  .Input("input_c: T") \
-  .Input("params: T") \
-  .Input("sequence_lengths: int32") \
+// What a V3 Backprop takes after the forward's inputs (V3's and KerasRNN's): the forward's
+// results, their gradients and its reserve.
+#define TF_LSTM_RNN_V3_BACKPROP_OF_RESULTS \
   .Input("output: T") \
   .Input("output_h: T") \
   .Input("output_c: T") \
@@ -108,7 +105,13 @@ absl::Status ScalarInputs(InferenceContext* c) {
   .Input("output_h_backprop: T") \
   .Input("output_c_backprop: T") \
   .Input("reserve_space: T") \
-  .Input("host_reserved: int8") \
+  .Input("host_reserved: int8")
+#define TF_LSTM_RNN_V3_BACKPROP_IO \
+  .Input("input: T") \
+  .Input("input_h: T") \
+  .Input("input_c: T") \
+  .Input("params: T") \
+  .Input("sequence_lengths: int32") TF_LSTM_RNN_V3_BACKPROP_OF_RESULTS \
   .SetIsStateful() \
   .Output("input_backprop: T") \
   .Output("input_h_backprop: T") \
@@ -256,15 +259,8 @@ REGISTER_OP("TfLstm>KerasRNNBackprop")
     .Input("kernel: T")
     .Input("recurrent_kernel: T")
     .Input("bias: T")
-    .Input("sequence_lengths: int32")
-    .Input("output: T")
-    .Input("output_h: T")
-    .Input("output_c: T")
-    .Input("output_backprop: T")
-    .Input("output_h_backprop: T")
-    .Input("output_c_backprop: T")
-    .Input("reserve_space: T")
-    .Input("host_reserved: int8") TF_LSTM_RNN_OPERAND_MASKS TF_LSTM_RNN_ZONEOUT
+    .Input("sequence_lengths: int32") TF_LSTM_RNN_V3_BACKPROP_OF_RESULTS
+    TF_LSTM_RNN_OPERAND_MASKS TF_LSTM_RNN_ZONEOUT
     .Output("input_backprop: T")
     .Output("input_h_backprop: T")
     .Output("input_c_backprop: T")
