@@ -28,7 +28,7 @@ from tf_lstm_ops._loader import cpu_isa  # noqa: E402
 print("ISA %s" % cpu_isa(), flush=True)
 # B >= 4 rows, so that every product runs the register tiles, whose sums are the same in every
 # build with FMA (B <= 3 reads weights as dot products, whose lanes depend on the vector width).
-T, B, I, H = 6, 4, 33, 70  # two unit slices of 35, each 16 + 16 + 3 lanes wide
+T, B, I, H = 6, 4, 33, 70  # two unit slices (one per thread), each two or more 16-lane vectors
 rng = np.random.default_rng(7)
 results = {}
 
