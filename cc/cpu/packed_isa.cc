@@ -223,7 +223,7 @@ void TileOfRows(int vecs, int64_t k, const A* a, int64_t lda, const A* const* b,
                                                        last_lanes, wide);
     default:
       if constexpr (kMaxVecs >= 3) {
-        if (vecs == 3 || kMaxVecs == 3) {
+        if (vecs == 3) {
           return Tile<A, kRows, 3, kTransA, kMaskB, kWide>(k, a, lda, b, ldb_row, accumulate, c,
                                                            ldc, last_lanes, wide);
         }
