@@ -4,13 +4,17 @@ before TensorFlow starts, and it decides how many unit slices the CPU time loops
 usage: python slices_worker.py THREADS [ISA]
     prints one line per failed check, then "DONE <n checks>"; with ISA (avx2, avx) the CPU GEMM
     blocks of that build run (TF_LSTM_OPS_CPU_ISA), and the worker first checks that they do.
+usage: python slices_worker.py THREADS --digest
+    prints "DIGEST <sha256>" of the outputs and gradients of fixed runs whose time loops split by
+    batch rows on several threads (docs/performance.md §4): the same bits as on one thread.
 """
 
 import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-if len(sys.argv) > 2:
+DIGEST = sys.argv[2:] == ["--digest"]
+if len(sys.argv) > 2 and not DIGEST:
     os.environ["TF_LSTM_OPS_CPU_ISA"] = sys.argv[2]
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
@@ -109,7 +113,9 @@ def cudnn_cases(rng):
             ("rnn_relu", "unidirectional", 70, 0)]):
         cfg = R.Cfg(mode, num_layers=2 if ci % 2 == 0 else 1, num_units=H, input_size=24,
                     direction=direction, num_proj=P)
-        for B, time_major, dtype in ((5, ci % 3 != 0, "float32"), (1, True, "float64"), (4, False, "float64")):
+        # (B = 24 and 17: time loops split by batch rows on 3 threads, except with a projection)
+        for B, time_major, dtype in ((5, ci % 3 != 0, "float32"), (1, True, "float64"), (4, False, "float64"),
+                                     (24, ci % 2 == 0, "float32"), (17, True, "float64")):
             T = 6
             lens = rng.integers(0, T + 1, size=B)
             lens[0] = T
@@ -171,7 +177,7 @@ def keras_rnn_cases(rng):
     op = library.op
     for mode, H, bias_rows in (("lstm", 48, 1), ("rnn_tanh", 70, 1), ("gru", 37, 2)):
         G = R.GATES[mode] * H
-        for B, dtype in ((1, "float64"), (3, "float32"), (5, "float32")):
+        for B, dtype in ((1, "float64"), (3, "float32"), (5, "float32"), (20, "float32")):
             T, I = 6, 24
             t = lambda v: R.to_tf(v, dtype)  # noqa: E731
             state = (B, 1, H)
@@ -213,6 +219,49 @@ def keras_rnn_cases(rng):
                 close(k, R.to_np(getattr(got_b, k)), R.to_np(w), TOL[dtype], what)
 
 
+def digest_of_split_runs():
+    """sha256 of BlockLSTMV2 and CudnnRNNV3 outputs and gradients at batches the time loops split
+    by rows on 2-3 threads (float32 and float64; lengths; every cell; both directions)."""
+    import hashlib
+
+    rng = np.random.default_rng(7)
+    digest = hashlib.sha256()
+
+    def add(*tensors):
+        for t in tensors:
+            digest.update(np.ascontiguousarray(R.to_np(t)).tobytes())
+
+    for dtype in ("float32", "float64"):
+        T, B, I, H = 7, 24, 9, 40
+        p = {k: tf.constant(v, dtype) for k, v in ref.random_inputs(rng, B, I, H, T=T).items()}
+        seq = tf.constant(T - 1, tf.int64)
+        out = tf_lstm_ops.raw.BlockLSTMV2(seq_len_max=seq, **p, cell_clip=0.9, use_peephole=True)
+        grads = {k: tf.constant(rng.standard_normal((T, B, H)), dtype) for k in ("cs_grad", "h_grad")}
+        g = tf_lstm_ops.raw.BlockLSTMGradV2(seq_len_max=seq, **p, **out._asdict(), **grads,
+                                            use_peephole=True)
+        add(*out, *g)
+        for mode, direction in (("lstm", "bidirectional"), ("gru", "unidirectional"),
+                                ("rnn_relu", "unidirectional")):
+            cfg = R.Cfg(mode, num_layers=2, num_units=H, input_size=I, direction=direction)
+            lens = rng.integers(0, T + 1, size=B)
+            inp = R.rounded(R.random_inputs(rng, cfg, T, B, True), dtype)
+            cot = R.rounded(R.random_cotangents(rng, cfg, T, B, True), dtype)
+            kw = R.tf_forward_inputs(cfg, inp, dtype, lens, 3, True)
+            attrs = R.tf_attrs(cfg, 3, True)
+            fwd = tf_lstm_ops.raw.CudnnRNNV3(**kw, **attrs, is_training=True)
+            zero = tf.zeros([], R.tf_dtype(dtype))
+            bwd = tf_lstm_ops.raw.CudnnRNNBackpropV3(
+                **kw, **attrs, output=fwd.output, output_h=fwd.output_h, output_c=fwd.output_c,
+                output_backprop=R.to_tf(cot["dy"], dtype), output_h_backprop=R.to_tf(cot["dh"], dtype),
+                output_c_backprop=R.to_tf(cot["dc"], dtype) if cfg.is_lstm else zero,
+                reserve_space=fwd.reserve_space, host_reserved=fwd.host_reserved)
+            add(fwd.output, fwd.output_h, fwd.output_c, *bwd)
+    return digest.hexdigest()
+
+
+if DIGEST:
+    print("DIGEST %s" % digest_of_split_runs(), flush=True)
+    sys.exit(0)
 print("ISA %s" % cpu_isa(), flush=True)
 rng = np.random.default_rng(int(sys.argv[1]))
 block_lstm_cases(rng)

@@ -1,13 +1,14 @@
 """The CPU time loops split the units of a layer into slices, one per intra-op thread (at least
-16 units each), that run on a spinning team; both directions of a bidirectional layer share it.
+16 units each), that run on a spinning team; both directions of a bidirectional layer share it;
+from 8 batch rows per thread on they split the batch rows instead (docs/performance.md §4).
 The rest of the suite uses small H (one slice) and small batches (one chunk of steps), so this
-checks the multi-slice and multi-chunk paths: forward and gradients of BlockLSTM(V2) and
-CudnnRNNV3 at H = 20..70 and B up to 130 against the float64 references,
-with 1 thread (one slice) and 3 threads (up to three slices per layer, or one per direction and
-one spare), in a fresh process each (the thread count is fixed when TensorFlow starts); and the
-same with the AVX-512 (without bf16 dot product), AVX2 and AVX builds of the GEMM blocks where the
-CPU has more. Each process also checks the Keras weight conversions (whose transposes are built per
-ISA) exactly."""
+checks the multi-slice, row-split and multi-chunk paths: forward and gradients of BlockLSTM(V2)
+and CudnnRNNV3 at H = 20..70 and B up to 130 against the float64 references, with 1 thread (one
+slice) and 3 threads (up to three slices per layer, or one per direction and one spare; three row
+blocks at B = 24), in a fresh process each (the thread count is fixed when TensorFlow starts);
+and the same with the AVX-512 (without bf16 dot product), AVX2 and AVX builds of the GEMM blocks
+where the CPU has more. Each process also checks the Keras weight conversions (whose transposes
+are built per ISA) exactly."""
 
 import os
 import subprocess
@@ -46,4 +47,19 @@ def test_multi_slice_time_loops_match_the_reference(threads, isa):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not failures, "\n".join(failures[:20])
     assert lines and lines[-1].startswith("DONE "), proc.stdout[-2000:]
-    assert int(lines[-1].split()[1]) >= 411  # every check ran
+    assert int(lines[-1].split()[1]) >= 749  # every check ran
+
+
+def test_row_split_time_loops_match_one_thread_bit_for_bit():
+    """At batches of 16 rows and more (and weights that fit a core's L2) the time loops split by
+    batch rows instead of unit slices (docs/performance.md §4). Each output is still the same
+    chain of operations, so 1, 2 and 3 threads give the same bits."""
+    digests = {}
+    for threads in (1, 2, 3):
+        proc = subprocess.run([sys.executable, WORKER, str(threads), "--digest"],
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        lines = [line for line in proc.stdout.splitlines() if line.startswith("DIGEST ")]
+        assert len(lines) == 1, proc.stdout[-2000:]
+        digests[threads] = lines[0].split()[1]
+    assert digests[2] == digests[1] and digests[3] == digests[1], digests

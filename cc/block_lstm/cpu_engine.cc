@@ -113,20 +113,20 @@ struct Peepholes {
   }
 };
 
-// The fused forward pass of one step for the units [j0, j1) of every batch row: bias,
+// The fused forward pass of one step for the units [j0, j1) of batch rows [b0, b1): bias,
 // activations, state update and the seven saved outputs. `xw` is the step's input projection
 // (it may be the i, f, ci, o outputs themselves: each element is read before it is written);
 // `rec` is this unit range's recurrent block h·Wh, [B, 4·rec_gate] with the gates in blk order,
 // each in a block of rec_gate >= j1 - j0 columns. h_acc (if not null) gets h as stored, in A.
 // kPeephole and kClip are compile-time so the per-unit loop has no branches and vectorises.
 template <typename T, typename A, typename Math, bool kPeephole, bool kClip>
-void ForwardUnits(int64_t batch, int64_t j0, int64_t j1, int64_t H, GateBlocks blk,
+void ForwardUnits(int64_t b0, int64_t b1, int64_t j0, int64_t j1, int64_t H, GateBlocks blk,
                   A forget_bias, A cell_clip, const GateMatrix<const A*>& xw, const A* rec,
                   int64_t rec_gate, const A* bias,
                   const T* cs_prev, const Peepholes<T, A>& peep, const LstmActivations<T*>& out,
                   A* h_acc) {
   const CellParams<A> params{forget_bias, cell_clip, kClip, kPeephole};
-  for (int64_t b = 0; b < batch; ++b) {
+  for (int64_t b = b0; b < b1; ++b) {
     const GateMatrix<const A*> gx = xw.Row(b);
     const A* gr = rec + b * 4 * rec_gate - j0;
     // Each gate's three addends as plain pointers (see BackwardUnits).
@@ -309,13 +309,14 @@ class ForwardProducts {
     });
   }
 
-  // rec_u = h_{t-1}·Wh_u for slice u ([B, 4·gate_cols(u)]).
-  void Recur(int u, int64_t t, A* rec_u) const {
+  // Rows [b0, b1) of rec_u = h_{t-1}·Wh_u for slice u ([B, 4·gate_cols(u)]).
+  void Recur(int u, int64_t t, int64_t b0, int64_t b1, A* rec_u) const {
     const int64_t B = dims_.batch, H = dims_.cell, G = 4 * H, cols = 4 * packing_->gate_cols(u);
     if (bf16_dot_) {
       if constexpr (std::is_same_v<A, float>) {
         const uint16_t* h = t == 0 ? Bf16Bits(in_.h_prev) : Bf16Bits(out_.h) + (t - 1) * B * H;
-        gemm::PackedBlockBf16(B, cols, H, h, H, packing_->slice(wh_bits_, u), false, rec_u, cols);
+        gemm::PackedBlockBf16(b1 - b0, cols, H, h + b0 * H, H, packing_->slice(wh_bits_, u),
+                              false, rec_u + b0 * cols, cols);
       }
       return;
     }
@@ -327,8 +328,8 @@ class ForwardProducts {
         h = h_acc_ + (t - 1) % 2 * B * H;
       }
     }
-    packing_->Product(u, B, h, H, wh_packed_, H, w_x_ + dims_.input * G, G, int64_t{1}, rec_u,
-                      cols);
+    packing_->Product(u, b1 - b0, h + b0 * H, H, wh_packed_, H, w_x_ + dims_.input * G, G,
+                      int64_t{1}, rec_u + b0 * cols, cols);
   }
 
   // Where step t's element-wise pass stores h in A for Recur (nullptr: Recur reads out.h).
@@ -429,8 +430,9 @@ bool ForwardWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims,
   // The time loop: one phase per step; each unit slice multiplies the state by its own
   // columns of Wh (packed once unless B is a few rows, kept hot in one core's cache) and runs
   // the fused element-wise pass of its units. A step's units need the whole previous h, hence
-  // the phase order.
-  const SlicePacking packing(UnitSlices(H, d.numThreads()), H, 4,
+  // the phase order. Or split by batch rows (SplitLoop), one slice of all units.
+  const LoopSplit split = SplitLoop(d, B, H * 4 * gemm::PaddedCols(H) * int64_t{sizeof(A)});
+  const SlicePacking packing(UnitSlices(H, split.max_slices(d)), H, 4,
                              PackFor(B) || UsesBf16Dot<T>());  // (the bf16 dot needs packing)
   const std::vector<int64_t>& bounds = packing.bounds();
   ForwardProducts<T, A> products;
@@ -455,16 +457,16 @@ bool ForwardWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims,
       GateMatrix<A*> xw = xw_scratch;
       if constexpr (std::is_same_v<T, A>) xw = GateMatrix<A*>::Of(out, blk, H).Row(t0 * B);
       products.Project(d, t0, steps, xw);
-      RunPhases(d, steps, packing.slices(), [&](int64_t s, int u) {
+      RunLoop(d, split, steps, packing.slices(), [&](int64_t s, int u, int64_t b0, int64_t b1) {
         const int64_t t = t0 + s;
         const int64_t j0 = bounds[u], n = bounds[u + 1] - j0;
         A* rec_u = rec + B * packing.col0(u);
-        products.Recur(u, t, rec_u);
+        products.Recur(u, t, b0, b1, rec_u);
         const T* cs_prev = t == 0 ? in.cs_prev : out.cs + (t - 1) * step;
         Elementwise([&] {
           ForwardUnits<T, A, MathFor<T>, decltype(peephole)::value, decltype(clip)::value>(
-              B, j0, j0 + n, H, blk, params.forget_bias, params.cell_clip, xw.Row(s * B), rec_u,
-              packing.gate_cols(u), bias, cs_prev, peep, AtStep(out, t, step),
+              b0, b1, j0, j0 + n, H, blk, params.forget_bias, params.cell_clip, xw.Row(s * B),
+              rec_u, packing.gate_cols(u), bias, cs_prev, peep, AtStep(out, t, step),
               products.StateOut(t));
         });
       });
@@ -562,8 +564,9 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims,
     return whole ? staging + t % 2 * B * G : dgates_chunk + (t - t0) * B * G;
   };
   // Slice u's operand of the per-step dh product: its rows of Wh, as Whᵀ [G, n], packed once
-  // (or read in place at batches of a few rows: PackFor).
-  const SlicePacking packing(UnitSlices(H, d.numThreads()), G, 1, PackFor(B));
+  // (or read in place at batches of a few rows: PackFor). Or split by batch rows (SplitLoop).
+  const LoopSplit split = SplitLoop(d, B, G * gemm::PaddedCols(H) * int64_t{sizeof(A)});
+  const SlicePacking packing(UnitSlices(H, split.max_slices(d)), G, 1, PackFor(B));
   const std::vector<int64_t>& bounds = packing.bounds();
   A* wt_packed = dw;
   if (!whole || packing.size() > (I + H) * G) wt_packed = scratch.Take<A>(packing.size());
@@ -591,15 +594,16 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims,
     const GateMatrix<A*> dgates =
         whole ? in_place.Row(t0 * B) : GateMatrix<A*>::Interleaved(dgates_chunk, H);
     // (Phase `steps` only completes dh, which is carried into step t0 - 1.)
-    RunPhases(d, steps + 1, packing.slices(), [&](int64_t phase, int u) {
+    RunLoop(d, split, steps + 1, packing.slices(), [&](int64_t phase, int u, int64_t b0,
+                                                       int64_t b1) {
       const int64_t t = t1 - 1 - phase, j0 = bounds[u], j1 = bounds[u + 1];
       if (phase > 0) {
-        packing.Product(u, B, step_dgates(t + 1, t0), G, wt_packed, H, w_h, int64_t{1}, G,
-                        dh + j0, H);
+        packing.Product(u, b1 - b0, step_dgates(t + 1, t0) + b0 * G, G, wt_packed, H, w_h,
+                        int64_t{1}, G, dh + b0 * H + j0, H);
       }
       if (phase == steps) return;
       const T* cs_prev = t == 0 ? in.cs_prev : act.cs + (t - 1) * step;
-      BackwardUnitsFor<T, A>(attrs, direct, 0, B, j0, j1, H, peep, AtStep(act, t, step),
+      BackwardUnitsFor<T, A>(attrs, direct, b0, b1, j0, j1, H, peep, AtStep(act, t, step),
                              cs_prev, AtStep(out_grads, t, step), dc, dh,
                              dgates.Row((t - t0) * B), whole ? step_dgates(t, t0) : nullptr,
                              dc);

@@ -10,7 +10,10 @@
 #include <atomic>
 #include <functional>
 #include <cstdint>
+#include <cstdlib>
+#include <fstream>
 #include <memory>
+#include <string>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -293,6 +296,72 @@ inline std::vector<int64_t> UnitSlices(int64_t width, int64_t max_slices) {
   }
   bounds[slices] = width;
   return bounds;
+}
+
+// How a time loop shares its steps among a RunPhases team. By unit slices (UnitSlices): every
+// thread owns some units of all batch rows and keeps only their slice of the recurrent weights
+// in its cache, but a step needs all units of the previous one, so every phase ends at a barrier
+// and the state crosses between cores at every step. By batch rows: rows never interact inside a
+// time loop, so a thread that owns whole rows runs all its steps without waiting for anyone (no
+// barrier, no state shared between cores), while keeping all the recurrent weights in its own
+// cache. At (200, 16, 64, 128) the backward loop took 6.8 ms split by units on 2 threads and
+// 3.9 ms on one. Rows where each of the team's threads gets at least kMinLoopRows (one tall
+// register tile: their products run as fast as a whole batch's) and the weights a step
+// multiplies take at most half a core's L2 cache; units otherwise.
+struct LoopSplit {
+  static constexpr int64_t kMinLoopRows = 8;
+  int64_t row_blocks = 1;  // > 1: by batch rows, each block [RowBegin(b), RowBegin(b + 1))
+  int64_t batch = 0;
+
+  bool by_rows() const { return row_blocks > 1; }
+  // The unit slices' count (for UnitSlices): one when split by rows.
+  int64_t max_slices(const CPUDevice& d) const { return by_rows() ? 1 : d.numThreads(); }
+  int64_t RowBegin(int64_t block) const { return batch * block / row_blocks; }
+};
+
+// The L2 cache of one core, in bytes, as Linux describes CPU 0's caches in sysfs (1 MiB where it
+// does not).
+inline int64_t CoreL2Bytes() {
+  static const int64_t bytes = [] {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index";
+    for (int index = 0; index < 8; ++index) {
+      int level = 0;
+      std::string size;
+      std::ifstream(dir + std::to_string(index) + "/level") >> level;
+      std::ifstream(dir + std::to_string(index) + "/size") >> size;  // "2048K"
+      if (level != 2 || size.empty()) continue;
+      const int64_t unit = size.back() == 'K' ? 1 << 10 : size.back() == 'M' ? 1 << 20 : 1;
+      const int64_t value = std::atoll(size.c_str()) * unit;
+      if (value > 0) return value;
+    }
+    return int64_t{1} << 20;
+  }();
+  return bytes;
+}
+
+inline LoopSplit SplitLoop(const CPUDevice& d, int64_t batch, int64_t weight_bytes) {
+  LoopSplit split;
+  split.batch = batch;
+  const int64_t blocks = std::min<int64_t>(d.numThreads(), batch / LoopSplit::kMinLoopRows);
+  if (blocks > 1 && 2 * weight_bytes <= CoreL2Bytes()) split.row_blocks = blocks;
+  return split;
+}
+
+// Runs fn(phase, unit, row_begin, row_end) for every phase in [0, phases) and unit in
+// [0, units), as RunPhases does, on the rows of the split: split by units, each call gets all
+// rows; split by rows, each row block runs all phases and units in order on one thread.
+template <typename Fn>
+void RunLoop(const CPUDevice& d, const LoopSplit& split, int64_t phases, int units, Fn fn) {
+  if (!split.by_rows()) {
+    RunPhases(d, phases, units, [&](int64_t p, int u) { fn(p, u, int64_t{0}, split.batch); });
+    return;
+  }
+  RunPhases(d, 1, static_cast<int>(split.row_blocks), [&](int64_t, int block) {
+    const int64_t b0 = split.RowBegin(block), b1 = split.RowBegin(block + 1);
+    for (int64_t p = 0; p < phases; ++p) {
+      for (int u = 0; u < units; ++u) fn(p, u, b0, b1);
+    }
+  });
 }
 
 // At most this many rows per step (the batch), a time loop multiplies its recurrent weights where

@@ -134,14 +134,19 @@ struct TeamPlan {
   // candidate's reads r ⊙ h): the forward multiplies gate by gate, and the backward packs each
   // gate's H rows of R apart (per_gate), each slice's gates one after the other. Such a GRU
   // takes two phases a step, as a projection does.
+  // Split by batch rows (SplitLoop) where a step is one phase of whole rows: not with a
+  // projection, recurrent masks or a GRU resetting before (their operands span all rows).
+  LoopSplit split;
   SlicePacking fwd, bwd;  // their bounds(): the slices over H and over Hr
   bool per_gate;
   int slices;             // team units per direction
   int phases_per_step;    // 1, or 2 with a projection or a GRU resetting before
 
-  TeamPlan(const CPUDevice& d, const RnnModel& m, const RnnRun& run)
-      : fwd(UnitSlices(m.num_units, Share(d, m)), m.output_width(), m.gates(),
-            PackFor(run.batch)),
+  // (value_bytes: the compute type's size)
+  TeamPlan(const CPUDevice& d, const RnnModel& m, const RnnRun& run, int64_t value_bytes)
+      : split(Split(d, m, run, value_bytes)),
+        fwd(UnitSlices(m.num_units, split.by_rows() ? 1 : Share(d, m)), m.output_width(),
+            m.gates(), PackFor(run.batch)),
         bwd(m.has_proj() ? UnitSlices(m.num_proj, Share(d, m)) : fwd.bounds(),
             PerGate(m, run) ? m.num_units : m.gate_width(), 1, PackFor(run.batch)),
         per_gate(PerGate(m, run)),
@@ -194,6 +199,14 @@ struct TeamPlan {
  private:
   static bool PerGate(const RnnModel& m, const RnnRun& run) {
     return run.recurrent_masks != nullptr || m.gru_reset_before;
+  }
+  static LoopSplit Split(const CPUDevice& d, const RnnModel& m, const RnnRun& run,
+                         int64_t value_bytes) {
+    if (m.has_proj() || PerGate(m, run)) return LoopSplit{1, run.batch};
+    // every direction's R, as the forward packs it (the backward's is the same size)
+    const int64_t weight_bytes =
+        m.num_dirs * m.output_width() * m.gates() * gemm::PaddedCols(m.num_units) * value_bytes;
+    return SplitLoop(d, run.batch, weight_bytes);
   }
   int64_t GateRows(const RnnModel& m) const { return per_gate ? m.num_units : 0; }
   static int64_t Share(const CPUDevice& d, const RnnModel& m) {
@@ -346,15 +359,16 @@ struct StepSlice {
         rec_u(rec + run.batch * fwd.col0(u)) {}
 };
 
-// Forward work of cell slice u (units [j0, j1)) at step `step`: its block of the recurrent GEMM,
+// Forward work of cell slice u (units [j0, j1)) for batch rows [b0, b1) (all rows where the plan
+// has recurrent masks: their operands span them) at step `step`: its block of the recurrent GEMM,
 // rec_u = h_prev·R_uᵀ ([B, G·gn], gates in order, each padded to gn columns; gate g from
 // h_prev ⊙ h_masks[g] where given), then the element-wise pass of its units, which writes c,
 // the saved gates (where the run keeps them) and m (into m_buf with a projection, else h itself).
 template <typename A, typename Math>
 void ForwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vector<int64_t>& len,
-                  int64_t step, const TeamPlan& plan, int u, const A* r_packed,
-                  const A* h_masks, const Zoneout<A>& zoneout, const A* xw, A* rec,
-                  A* m_buf) {
+                  int64_t step, const TeamPlan& plan, int u, int64_t b0, int64_t b1,
+                  const A* r_packed, const A* h_masks, const Zoneout<A>& zoneout, const A* xw,
+                  A* rec, A* m_buf) {
   const RnnModel& m = pl.m;
   const int64_t T = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
   const StepSlice<A> s(pl, run, step, plan.fwd, u, rec);
@@ -365,7 +379,7 @@ void ForwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vector
   A* h_out = pl.h + t * B * Hr;
   A* rec_u = s.rec_u;
   if (h_masks == nullptr) {
-    plan.ForwardProduct(pl, u, B, h_prev, r_packed, rec_u, row);
+    plan.ForwardProduct(pl, u, b1 - b0, h_prev + b0 * Hr, r_packed, rec_u + b0 * row, row);
   } else {  // (every unit masks all of h: B·Hr products per gate, against the GEMM's B·Hr·2n)
     A* h_masked = RowScratch<A, 1>(B * Hr);
     for (int g = 0; g < m.gates(); ++g) {
@@ -375,7 +389,7 @@ void ForwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vector
   }
   const bool relu = m.mode == RnnMode::kRnnRelu;
   Elementwise([&] {
-    for (int64_t b = 0; b < B; ++b) {
+    for (int64_t b = b0; b < b1; ++b) {
       if (t >= len[b]) {  // past this sequence's end: hold the state
         // (with a projection, the output slices hold h)
         if (!m.has_proj()) std::memcpy(h_out + b * Hr + j0, h_prev + b * Hr + j0, n * sizeof(A));
@@ -602,7 +616,8 @@ void ForwardLayer(const CPUDevice& d, const std::vector<PseudoLayer<A>>& pls,
     plan.PackForward(d, pls[dir], r_packed + dir * plan.fwd.size());
   }
   const int K = plan.phases_per_step;
-  RunPhases(d, T * K, plan.units(m), [&](int64_t phase, int unit) {
+  RunLoop(d, plan.split, T * K, plan.units(m), [&](int64_t phase, int unit, int64_t b0,
+                                                    int64_t b1) {
     const int64_t dir = unit / plan.slices, u = unit % plan.slices, step = phase / K;
     const PseudoLayer<A>& pl = pls[dir];
     const A* packed = r_packed + dir * plan.fwd.size();
@@ -619,7 +634,7 @@ void ForwardLayer(const CPUDevice& d, const std::vector<PseudoLayer<A>>& pls,
       }
     } else if (phase % K == 0) {
       if (u >= plan.fwd.slices()) return;
-      ForwardCells<A, Math>(pl, run, len, step, plan, static_cast<int>(u), packed,
+      ForwardCells<A, Math>(pl, run, len, step, plan, static_cast<int>(u), b0, b1, packed,
                             masks.recurrent, zoneout, xw + dir * T * B * G, rec_dir,
                             m_buf ? m_buf + dir * B * H : nullptr);
     } else {
@@ -702,7 +717,7 @@ bool ForwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const 
   const Zoneout<A> zoneout = ConvertZoneout<T, A>(d, scratch, run, m.num_units);
   // Per direction: the input projections, the recurrent GEMM's output, m (with a projection)
   // and the packed R.
-  const TeamPlan plan(d, m, run);
+  const TeamPlan plan(d, m, run, int64_t{sizeof(A)});
   A* xw = scratch.Take<A>(D * T_ * B * G);
   A* rec = scratch.Take<A>(D * B * plan.fwd.total_cols());
   A* r_packed = scratch.Take<A>(D * plan.fwd.size());
@@ -799,15 +814,15 @@ struct SweepBuffers {
   Zoneout<A> zoneout;
 };
 
-// Backward work of output slice [k0, k1) in phase s of the sweep (s < T: before sweep step s,
-// which processes step T-1-s; s = T: after the last): for its columns, dL/dh_prev of the step
-// just done (dgh·R, + GRU's direct term, for the rows that ran it; the others pass theirs
-// through), then the total dL/dh_t = that + dy of the step about to run (zero where the row does
-// not run it).
+// Backward work of output slice [k0, k1) and batch rows [b0, b1) in phase s of the sweep (s < T:
+// before sweep step s, which processes step T-1-s; s = T: after the last): for its columns,
+// dL/dh_prev of the step just done (dgh·R, + GRU's direct term, for the rows that ran it; the
+// others pass theirs through), then the total dL/dh_t = that + dy of the step about to run (zero
+// where the row does not run it). (The plan splits no per-gate product by rows.)
 template <typename A>
 void BackwardOutputs(const PseudoLayer<A>& pl, const RnnRun& run, const std::vector<int64_t>& len,
-                     int64_t s, const TeamPlan& plan, int u, const A* dy,
-                     const SweepBuffers<A>& buf) {
+                     int64_t s, const TeamPlan& plan, int u, int64_t b0, int64_t b1,
+                     const A* dy, const SweepBuffers<A>& buf) {
   const RnnModel& m = pl.m;
   const SlicePacking& packing = plan.bwd;
   const int64_t T = run.time, B = run.batch, Hr = m.output_width(), G = m.gate_width();
@@ -818,7 +833,8 @@ void BackwardOutputs(const PseudoLayer<A>& pl, const RnnRun& run, const std::vec
     const int64_t t = TimeOf(pl.dir, T - s, T);
     const A* dgh_t = buf.dgh + t * B * G;
     if (!plan.per_gate) {
-      plan.BackwardProduct(pl, u, B, dgh_t, buf.r_packed, buf.carry + k0, Hr);
+      plan.BackwardProduct(pl, u, b1 - b0, dgh_t + b0 * G, buf.r_packed,
+                           buf.carry + b0 * Hr + k0, Hr);
     } else {  // Σ_g (dgh_g·R_g) ⊙ h_masks[g]: gate g's term through its mask (if any); a GRU
               // resetting before has its candidate's in the direct term (BackwardResetGates)
       A* term = RowScratch<A, 2>(B * n);
@@ -831,7 +847,7 @@ void BackwardOutputs(const PseudoLayer<A>& pl, const RnnRun& run, const std::vec
         }
       }
     }
-    for (int64_t b = 0; b < B; ++b) {
+    for (int64_t b = b0; b < b1; ++b) {
       if (t >= len[b]) continue;
       for (int64_t k = b * Hr + k0; k < b * Hr + k1; ++k) {
         buf.dh[k] = buf.carry[k] + (buf.direct ? buf.direct[k] : A(0));
@@ -841,7 +857,7 @@ void BackwardOutputs(const PseudoLayer<A>& pl, const RnnRun& run, const std::vec
   if (s < T) {
     const int64_t t = TimeOf(pl.dir, T - 1 - s, T);
     A* dht = buf.dh_total + t * B * Hr;
-    for (int64_t b = 0; b < B; ++b) {
+    for (int64_t b = b0; b < b1; ++b) {
       const bool active = t < len[b];
       const A* dy_row = dy + (t * B + b) * D * Hr + pl.dir * Hr;
       for (int64_t k = k0; k < k1; ++k) {
@@ -851,12 +867,14 @@ void BackwardOutputs(const PseudoLayer<A>& pl, const RnnRun& run, const std::vec
   }
 }
 
-// Backward work of cell slice [j0, j1) at sweep step `step` (dL/dh_t complete): with a
+// Backward work of cell slice [j0, j1) and batch rows [b0, b1) at sweep step `step` (dL/dh_t
+// complete; all rows with a projection, whose product spans them): with a
 // projection its columns of dL/dm = dL/dh_t·Pmat, then the element-wise pass of its units: the
 // gate gradients, dc and (projection) m.
 template <typename A, typename Math>
 void BackwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vector<int64_t>& len,
-                   int64_t step, int64_t j0, int64_t j1, const SweepBuffers<A>& buf) {
+                   int64_t step, int64_t j0, int64_t j1, int64_t b0, int64_t b1,
+                   const SweepBuffers<A>& buf) {
   const RnnModel& m = pl.m;
   const int64_t T = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
   const int64_t G = m.gate_width(), n = j1 - j0;
@@ -870,7 +888,7 @@ void BackwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vecto
     gemm::Block(false, false, B, n, Hr, dht, Hr, pl.proj + j0, H, false, buf.dm + j0, H);
   }
   Elementwise([&] {
-    for (int64_t b = 0; b < B; ++b) {
+    for (int64_t b = b0; b < b1; ++b) {
       A* gx = buf.dgx + (t * B + b) * G + j0;
       A* gh = buf.dgh + (t * B + b) * G + j0;
       A* m_row = buf.m_seq ? buf.m_seq + (t * B + b) * H + j0 : nullptr;
@@ -989,17 +1007,18 @@ void BackwardLayer(const CPUDevice& d, const std::vector<PseudoLayer<A>>& pls,
   const int64_t T = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
   const int64_t G = m.gate_width(), D = m.num_dirs;
   const int K = plan.phases_per_step;
-  RunPhases(d, T * K + 1, plan.units(m), [&](int64_t phase, int unit) {
+  RunLoop(d, plan.split, T * K + 1, plan.units(m), [&](int64_t phase, int unit, int64_t b0,
+                                                        int64_t b1) {
     const int64_t dir = unit / plan.slices, s = phase / K;
     const int u = unit % plan.slices;
     if (phase % K == 0 && u < plan.bwd.slices()) {
-      BackwardOutputs(pls[dir], run, len, s, plan, u, dy, bufs[dir]);
+      BackwardOutputs(pls[dir], run, len, s, plan, u, b0, b1, dy, bufs[dir]);
     }
     // (a projection's cells need all of dL/dh; a GRU resetting before runs r's gate after)
     const bool cells_now = K == 1 || phase % K == (m.has_proj() ? 1 : 0);
     if (s < T && cells_now && u < plan.fwd.slices()) {
       const std::vector<int64_t>& cell = plan.fwd.bounds();
-      BackwardCells<A, Math>(pls[dir], run, len, T - 1 - s, cell[u], cell[u + 1],
+      BackwardCells<A, Math>(pls[dir], run, len, T - 1 - s, cell[u], cell[u + 1], b0, b1,
                              bufs[dir]);
     }
     if (s < T && m.gru_reset_before && phase % K == 1 && u < plan.bwd.slices()) {
@@ -1144,7 +1163,7 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const
   A* m_seq = m.has_proj() ? scratch.Take<A>(D * rows * H) : nullptr;
   A* dm = m.has_proj() ? scratch.Take<A>(D * B * H) : nullptr;
   A* carry = scratch.Take<A>(D * B * Hr * 2);
-  const TeamPlan plan(d, m, run);
+  const TeamPlan plan(d, m, run, int64_t{sizeof(A)});
   A* r_packed = scratch.Take<A>(D * plan.backward_size(m));
   A* h_prev_seq = scratch.Take<A>(rows * Hr);
   A* dx = scratch.Take<A>(rows * max_in * 2);
