@@ -104,6 +104,23 @@ def block_lstm_cases(rng):
                 close(k, getattr(g, k), expect_g[k], TOL[dtype], what + " in place")
 
 
+def cudnn_forward_backward(rng, cfg, T, B, time_major, dtype, lens):
+    """CudnnRNNV3 and CudnnRNNBackpropV3 on random inputs and cotangents rounded to dtype:
+    (inputs, cotangents, forward outputs, backprop outputs)."""
+    inp = R.rounded(R.random_inputs(rng, cfg, T, B, time_major), dtype)
+    cot = R.rounded(R.random_cotangents(rng, cfg, T, B, time_major), dtype)
+    kw = R.tf_forward_inputs(cfg, inp, dtype, lens, 3, time_major)
+    attrs = R.tf_attrs(cfg, 3, time_major)
+    fwd = tf_lstm_ops.raw.CudnnRNNV3(**kw, **attrs, is_training=True)
+    zero = tf.zeros([], R.tf_dtype(dtype))
+    bwd = tf_lstm_ops.raw.CudnnRNNBackpropV3(
+        **kw, **attrs, output=fwd.output, output_h=fwd.output_h, output_c=fwd.output_c,
+        output_backprop=R.to_tf(cot["dy"], dtype), output_h_backprop=R.to_tf(cot["dh"], dtype),
+        output_c_backprop=R.to_tf(cot["dc"], dtype) if cfg.is_lstm else zero,
+        reserve_space=fwd.reserve_space, host_reserved=fwd.host_reserved)
+    return inp, cot, fwd, bwd
+
+
 def cudnn_cases(rng):
     """CudnnRNNV3 forward and backprop: every mode, both directions, projection, lengths."""
     for ci, (mode, direction, H, P) in enumerate([
@@ -119,17 +136,7 @@ def cudnn_cases(rng):
             T = 6
             lens = rng.integers(0, T + 1, size=B)
             lens[0] = T
-            inp = R.rounded(R.random_inputs(rng, cfg, T, B, time_major), dtype)
-            cot = R.rounded(R.random_cotangents(rng, cfg, T, B, time_major), dtype)
-            kw = R.tf_forward_inputs(cfg, inp, dtype, lens, 3, time_major)
-            attrs = R.tf_attrs(cfg, 3, time_major)
-            fwd = tf_lstm_ops.raw.CudnnRNNV3(**kw, **attrs, is_training=True)
-            zero = tf.zeros([], R.tf_dtype(dtype))
-            bwd = tf_lstm_ops.raw.CudnnRNNBackpropV3(
-                **kw, **attrs, output=fwd.output, output_h=fwd.output_h, output_c=fwd.output_c,
-                output_backprop=R.to_tf(cot["dy"], dtype), output_h_backprop=R.to_tf(cot["dh"], dtype),
-                output_c_backprop=R.to_tf(cot["dc"], dtype) if cfg.is_lstm else zero,
-                reserve_space=fwd.reserve_space, host_reserved=fwd.host_reserved)
+            inp, cot, fwd, bwd = cudnn_forward_backward(rng, cfg, T, B, time_major, dtype, lens)
             got = dict(fwd._asdict(), **bwd._asdict())
             what = "CudnnRNNV3 %s %s H=%d P=%d B=%d %s" % (mode, direction, H, P, B, dtype)
             expect = R.forward(cfg, inp["input"], inp["input_h"], inp["input_c"], inp["params"], lens,
@@ -244,17 +251,7 @@ def digest_of_split_runs():
                                 ("rnn_relu", "unidirectional")):
             cfg = R.Cfg(mode, num_layers=2, num_units=H, input_size=I, direction=direction)
             lens = rng.integers(0, T + 1, size=B)
-            inp = R.rounded(R.random_inputs(rng, cfg, T, B, True), dtype)
-            cot = R.rounded(R.random_cotangents(rng, cfg, T, B, True), dtype)
-            kw = R.tf_forward_inputs(cfg, inp, dtype, lens, 3, True)
-            attrs = R.tf_attrs(cfg, 3, True)
-            fwd = tf_lstm_ops.raw.CudnnRNNV3(**kw, **attrs, is_training=True)
-            zero = tf.zeros([], R.tf_dtype(dtype))
-            bwd = tf_lstm_ops.raw.CudnnRNNBackpropV3(
-                **kw, **attrs, output=fwd.output, output_h=fwd.output_h, output_c=fwd.output_c,
-                output_backprop=R.to_tf(cot["dy"], dtype), output_h_backprop=R.to_tf(cot["dh"], dtype),
-                output_c_backprop=R.to_tf(cot["dc"], dtype) if cfg.is_lstm else zero,
-                reserve_space=fwd.reserve_space, host_reserved=fwd.host_reserved)
+            _, _, fwd, bwd = cudnn_forward_backward(rng, cfg, T, B, True, dtype, lens)
             add(fwd.output, fwd.output_h, fwd.output_c, *bwd)
     return digest.hexdigest()
 
