@@ -1,6 +1,7 @@
 """The CPU time loops split the units of a layer into slices, one per intra-op thread (at least
 16 units each), that run on a spinning team; both directions of a bidirectional layer share it;
-from 8 batch rows per thread on they split the batch rows instead (docs/performance.md §4).
+where the batch gives every thread 8 rows they split the batch rows instead (docs/performance.md
+§4).
 The rest of the suite uses small H (one slice) and small batches (one chunk of steps), so this
 checks the multi-slice, row-split and multi-chunk paths: forward and gradients of BlockLSTM(V2)
 and CudnnRNNV3 at H = 20..70 and B up to 130 against the float64 references, with 1 thread (one
@@ -51,8 +52,8 @@ def test_multi_slice_time_loops_match_the_reference(threads, isa):
 
 
 def test_row_split_time_loops_match_one_thread_bit_for_bit():
-    """At batches of 16 rows and more (and weights that fit a core's L2) the time loops split by
-    batch rows instead of unit slices (docs/performance.md §4). Each output is still the same
+    """At 8 or more batch rows per thread (and weights that fit a core's L2) the time loops split
+    by batch rows instead of unit slices (docs/performance.md §4). Each output is still the same
     chain of operations, so 1, 2 and 3 threads give the same bits."""
     digests = {}
     for threads in (1, 2, 3):

@@ -431,7 +431,8 @@ bool ForwardWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims,
   // columns of Wh (packed once unless B is a few rows, kept hot in one core's cache) and runs
   // the fused element-wise pass of its units. A step's units need the whole previous h, hence
   // the phase order. Or split by batch rows (SplitLoop), one slice of all units.
-  const LoopSplit split = SplitLoop(d, B, H * 4 * gemm::PaddedCols(H) * int64_t{sizeof(A)});
+  const LoopSplit split = SplitLoop(d, B, UnitSliceCount(H, d.numThreads()),
+                                    H * 4 * gemm::PaddedCols(H) * int64_t{sizeof(A)});
   const SlicePacking packing(UnitSlices(H, split.max_slices(d)), H, 4,
                              PackFor(B) || UsesBf16Dot<T>());  // (the bf16 dot needs packing)
   const std::vector<int64_t>& bounds = packing.bounds();
@@ -565,7 +566,8 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims,
   };
   // Slice u's operand of the per-step dh product: its rows of Wh, as Whᵀ [G, n], packed once
   // (or read in place at batches of a few rows: PackFor). Or split by batch rows (SplitLoop).
-  const LoopSplit split = SplitLoop(d, B, G * gemm::PaddedCols(H) * int64_t{sizeof(A)});
+  const LoopSplit split = SplitLoop(d, B, UnitSliceCount(H, d.numThreads()),
+                                    G * gemm::PaddedCols(H) * int64_t{sizeof(A)});
   const SlicePacking packing(UnitSlices(H, split.max_slices(d)), G, 1, PackFor(B));
   const std::vector<int64_t>& bounds = packing.bounds();
   A* wt_packed = dw;

@@ -284,12 +284,17 @@ void CopyStrided(int64_t na, int64_t nb, const A* src, int64_t sa, int64_t sb, A
   }
 }
 
+// How many slices UnitSlices makes.
+inline int64_t UnitSliceCount(int64_t width, int64_t max_slices) {
+  return std::max<int64_t>(1, std::min<int64_t>(max_slices, width / 16));
+}
+
 // How a time loop splits `width` units (cells, or projection outputs) across a RunPhases team:
 // at most `max_slices` slices, each at least 16 units wide (a whole AVX-512 vector), boundaries
 // on multiples of 16 where possible. Slice u is [bounds[u], bounds[u+1]); never empty unless
 // width is 0 (then one empty slice).
 inline std::vector<int64_t> UnitSlices(int64_t width, int64_t max_slices) {
-  const int64_t slices = std::max<int64_t>(1, std::min<int64_t>(max_slices, width / 16));
+  const int64_t slices = UnitSliceCount(width, max_slices);
   std::vector<int64_t> bounds(slices + 1);
   for (int64_t u = 0; u <= slices; ++u) {
     bounds[u] = std::min(width, (width * u / slices + 8) / 16 * 16);
@@ -305,9 +310,10 @@ inline std::vector<int64_t> UnitSlices(int64_t width, int64_t max_slices) {
 // time loop, so a thread that owns whole rows runs all its steps without waiting for anyone (no
 // barrier, no state shared between cores), while keeping all the recurrent weights in its own
 // cache. At (200, 16, 64, 128) the backward loop took 6.8 ms split by units on 2 threads and
-// 3.9 ms on one. Rows where each of the team's threads gets at least kMinLoopRows (one tall
-// register tile: their products run as fast as a whole batch's) and the weights a step
-// multiplies take at most half a core's L2 cache; units otherwise.
+// 3.9 ms on one. Rows where there are at least as many row blocks of kMinLoopRows (one tall
+// register tile: their products run as fast as a whole batch's) as the unit split has units
+// (`unit_team`: rows never run on fewer threads), and the weights a step multiplies take at
+// most half a core's L2 cache; units otherwise.
 struct LoopSplit {
   static constexpr int64_t kMinLoopRows = 8;
   int64_t row_blocks = 1;  // > 1: by batch rows, each block [RowBegin(b), RowBegin(b + 1))
@@ -339,11 +345,14 @@ inline int64_t CoreL2Bytes() {
   return bytes;
 }
 
-inline LoopSplit SplitLoop(const CPUDevice& d, int64_t batch, int64_t weight_bytes) {
+inline LoopSplit SplitLoop(const CPUDevice& d, int64_t batch, int64_t unit_team,
+                           int64_t weight_bytes) {
   LoopSplit split;
   split.batch = batch;
   const int64_t blocks = std::min<int64_t>(d.numThreads(), batch / LoopSplit::kMinLoopRows);
-  if (blocks > 1 && 2 * weight_bytes <= CoreL2Bytes()) split.row_blocks = blocks;
+  if (blocks > 1 && blocks >= unit_team && 2 * weight_bytes <= CoreL2Bytes()) {
+    split.row_blocks = blocks;
+  }
   return split;
 }
 

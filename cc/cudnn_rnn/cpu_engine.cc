@@ -206,7 +206,9 @@ struct TeamPlan {
     // every direction's R, as the forward packs it (the backward's is the same size)
     const int64_t weight_bytes =
         m.num_dirs * m.output_width() * m.gates() * gemm::PaddedCols(m.num_units) * value_bytes;
-    return SplitLoop(d, run.batch, weight_bytes);
+    const int64_t unit_team =
+        std::min<int64_t>(d.numThreads(), m.num_dirs * UnitSliceCount(m.num_units, Share(d, m)));
+    return SplitLoop(d, run.batch, unit_team, weight_bytes);
   }
   int64_t GateRows(const RnnModel& m) const { return per_gate ? m.num_units : 0; }
   static int64_t Share(const CPUDevice& d, const RnnModel& m) {
