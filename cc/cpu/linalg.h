@@ -179,6 +179,15 @@ void Fill(const CPUDevice& d, T* dst, int64_t n, T value) {
   });
 }
 
+// run(begin, end) over [0, units) in `shards` contiguous shards of (almost) equal size, claimed
+// by a RunPhases team; a single shard runs on the calling thread.
+template <typename Run>
+void RunInShards(const CPUDevice& d, int64_t units, int64_t shards, Run run) {
+  auto shard = [&](int64_t s) { run(units * s / shards, units * (s + 1) / shards); };
+  if (shards == 1) return shard(0);
+  RunPhases(d, 1, static_cast<int>(shards), [&](int64_t, int s) { shard(s); });
+}
+
 // run(begin, end) over [0, units) split into shards across the op's intra-op threads: at most
 // one per thread and one per `min_flops` of the `flops` in all (below that a thread hand-off
 // costs more than it saves); a single shard runs on the calling thread.
@@ -187,9 +196,7 @@ void RunShards(const CPUDevice& d, int64_t units, double flops, double min_flops
   const int64_t shards = std::max<int64_t>(
       1, std::min<int64_t>({static_cast<int64_t>(d.numThreads()), units,
                             static_cast<int64_t>(flops / min_flops)}));
-  auto shard = [&](int64_t s) { run(units * s / shards, units * (s + 1) / shards); };
-  if (shards == 1) return shard(0);
-  RunPhases(d, 1, static_cast<int>(shards), [&](int64_t, int s) { shard(s); });
+  RunInShards(d, units, shards, run);
 }
 
 // C[m,n] = op(A)·op(B) (+ C when accumulate), row-major with leading dimensions lda, ldb, ldc.
@@ -316,13 +323,12 @@ inline std::vector<int64_t> UnitSlices(int64_t width, int64_t max_slices) {
 // most half a core's L2 cache; units otherwise.
 struct LoopSplit {
   static constexpr int64_t kMinLoopRows = 8;
-  int64_t row_blocks = 1;  // > 1: by batch rows, each block [RowBegin(b), RowBegin(b + 1))
+  int64_t row_blocks = 1;  // > 1: by batch rows, in RunInShards' blocks
   int64_t batch = 0;
 
   bool by_rows() const { return row_blocks > 1; }
   // The unit slices' count (for UnitSlices): one when split by rows.
   int64_t max_slices(const CPUDevice& d) const { return by_rows() ? 1 : d.numThreads(); }
-  int64_t RowBegin(int64_t block) const { return batch * block / row_blocks; }
 };
 
 // The L2 cache of one core, in bytes, as Linux describes CPU 0's caches in sysfs (1 MiB where it
@@ -365,8 +371,7 @@ void RunLoop(const CPUDevice& d, const LoopSplit& split, int64_t phases, int uni
     RunPhases(d, phases, units, [&](int64_t p, int u) { fn(p, u, int64_t{0}, split.batch); });
     return;
   }
-  RunPhases(d, 1, static_cast<int>(split.row_blocks), [&](int64_t, int block) {
-    const int64_t b0 = split.RowBegin(block), b1 = split.RowBegin(block + 1);
+  RunInShards(d, split.batch, split.row_blocks, [&](int64_t b0, int64_t b1) {
     for (int64_t p = 0; p < phases; ++p) {
       for (int u = 0; u < units; ++u) fn(p, u, b0, b1);
     }
