@@ -241,12 +241,12 @@ struct TileShape {
   static constexpr int kRows = kRowsMax, kVecs = kVecsMax;
 };
 using WideTiles = TileShape<kTileRows, kTileVecs>;  // 6 x 4 (AVX-512), 6 x 2 (AVX2)
-// Taller, narrower tiles for the recurrent products with AVX-512 (PackedBlockSimd picks them by
-// the batch's rows): B streams from L2 into every row tile, and a 5 x 4 tile (32 rows are 6, 6,
-// 5, 5, 5, 5) needs 12.8 bytes of B per FMA against 6 x 4's 10.7 and 8 x 3's 8. In isolation 32 x 512 x 256 products with 5-row
-// tiles ran ~15 % below those with only 6-row ones, and 8 x 3 tiles ~5-15 % faster than 6 x 4
-// (best and median of repeated runs, noisy 2-core VM). (AVX2's 16 registers hold no taller tile
-// than 6 x 2.)
+// Taller, narrower tiles for the recurrent products with AVX-512 (PackedBlockSimd picks them by the
+// batch's rows): B streams from L2 into every row tile, and a 5 x 4 tile (32 rows are 6, 6, 5, 5,
+// 5, 5) needs 12.8 bytes of B per FMA against 6 x 4's 10.7 and 8 x 3's 8. In isolation 32 x 512 x
+// 256 products with 5-row tiles ran ~15 % below those with only 6-row ones, and 8 x 3 tiles ~5-15 %
+// faster than 6 x 4 (best and median of repeated runs, noisy 2-core VM). (AVX2's 16 registers hold
+// no taller tile than 6 x 2.)
 constexpr bool kHasTallTiles = kTileVecs == 4;
 using TallTiles = TileShape<8, 3>;
 
