@@ -553,6 +553,11 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims,
   }
   Bf16ChunkProducts bf16_products;
   if (bf16_dot) bf16_products.Init(d, scratch, dims, chunk * B, Bf16Bits(in.w));
+  // dx = dgates·Wxᵀ from Wxᵀ [G, I], transposed once: a product reading Wx [I, G] as a
+  // transposed operand copies slabs of it for every block of rows of every gate's product
+  // (the same sums either way). Not for products of a few rows, which read it in place.
+  A* w_x_t = nullptr;
+  if (!bf16_dot && PackFor(L * B)) w_x_t = scratch.Take<A>(G * I);
 
   // The per-step product dh = dgates_{t+1}·Whᵀ wants step t+1's dgates as one [B, 4H] block:
   // the chunk's own rows, or in place, where the gates are four buffers, one of two
@@ -579,6 +584,7 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims,
   Fill(d, sums, G + 3 * H, A(0));
   A* dw_h = dw + I * G;
   packing.Pack(d, H, w_h, 1, G, wt_packed);
+  if (w_x_t != nullptr) TransposeInto(d, I, G, w_x, G, w_x_t, I);
   if (whole) in_place_backward_runs.fetch_add(1, std::memory_order_relaxed);
 
   // Reverse sweep, one phase per step: each unit slice first completes its columns of
@@ -619,7 +625,11 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims,
     } else {
       ForGateBlocks(dgates, H, [&](const A* dk, int64_t col0, int64_t width) {
         const int64_t ld = dgates.ld;
-        Gemm(d, false, true, rows, I, width, dk, ld, w_x + col0, G, col0 > 0, dx_rows, I);
+        if (w_x_t != nullptr) {
+          Gemm(d, false, false, rows, I, width, dk, ld, w_x_t + col0 * I, I, col0 > 0, dx_rows, I);
+        } else {
+          Gemm(d, false, true, rows, I, width, dk, ld, w_x + col0, G, col0 > 0, dx_rows, I);
+        }
         Gemm(d, true, false, I, width, rows, x + t0 * B * I, I, dk, ld, !first, dw + col0, G,
              gemm::Sum::kLong);
         // The states the chunk's steps started from: h_{t0-1}.. (contiguous), or for the

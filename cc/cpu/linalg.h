@@ -291,6 +291,20 @@ void CopyStrided(int64_t na, int64_t nb, const A* src, int64_t sa, int64_t sb, A
   }
 }
 
+// dst[j·ld_dst + i] = src[i·ld_src + j] for i < rows, j < cols (dst = srcᵀ): gemm::Transpose over
+// bands of src's rows across the op's intra-op threads.
+template <typename A>
+void TransposeInto(const CPUDevice& d, int64_t rows, int64_t cols, const A* src, int64_t ld_src,
+                   A* dst, int64_t ld_dst) {
+  constexpr int64_t kBand = 32;
+  const double band_bytes = 2.0 * sizeof(A) * kBand * cols;
+  ParallelFor(d, (rows + kBand - 1) / kBand, band_bytes, band_bytes / 8,
+              [&](int64_t begin, int64_t end) {
+                const int64_t r0 = begin * kBand, r1 = std::min(rows, end * kBand);
+                gemm::Transpose(r1 - r0, cols, src + r0 * ld_src, ld_src, dst + r0, ld_dst);
+              });
+}
+
 // How many slices UnitSlices makes.
 inline int64_t UnitSliceCount(int64_t width, int64_t max_slices) {
   return std::max<int64_t>(1, std::min<int64_t>(max_slices, width / 16));

@@ -998,13 +998,14 @@ void BackwardResetGates(const PseudoLayer<A>& pl, const RnnRun& run,
 // of every direction (BackwardOutputs), then the cell slices of sweep step s (BackwardCells) run
 // in the next phase with a projection, else right after in the same unit (its cells are its
 // outputs); the last phase only finishes dL/dh_0. Then, per direction, the whole-sequence
-// products: dW, dx (summed over the directions), dR, dPmat and the biases.
+// products: dW, dx (summed over the directions), dR, dPmat and the biases. kernel_t, where
+// given, is Keras' kernel transposed (W [G, I]) for dx = dg·W (BackwardWalk).
 template <typename A, typename Math>
 void BackwardLayer(const CPUDevice& d, const std::vector<PseudoLayer<A>>& pls,
                    const TeamPlan& plan, const RnnRun& run, const std::vector<int64_t>& len,
                    const A* x, const A* dy, const std::vector<SweepBuffers<A>>& bufs,
                    const OperandMasks<A>& masks, A* masked_dx, A* h_prev_seq,
-                   const std::vector<WeightGradients<A>>& grads, A* dx) {
+                   const std::vector<WeightGradients<A>>& grads, const A* kernel_t, A* dx) {
   const RnnModel& m = pls[0].m;
   const int64_t T = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
   const int64_t G = m.gate_width(), D = m.num_dirs;
@@ -1042,18 +1043,22 @@ void BackwardLayer(const CPUDevice& d, const std::vector<PseudoLayer<A>>& pls,
     const int64_t I = pl.in_width;
     const bool keras = pl.keras_layout;
     const int64_t w_gate = pl.w_gate_offset(), ldw = pl.ldw();
+    // dx's operand W: params' [G, I], Keras' kernel [I, G] read transposed, or kernel_t.
+    const bool dx_trans = keras && kernel_t == nullptr;
+    const A* dx_w = dx_trans || !keras ? pl.w : kernel_t;
+    const int64_t dx_ldw = dx_trans ? ldw : I, dx_gate = dx_trans ? w_gate : H * I;
     if (masks.input != nullptr) {  // per gate: dW_g from x ⊙ mask_g, dx = Σ_g (dgx_g·W_g) ⊙ mask_g
       for (int g = 0; g < m.gates(); ++g) {
         const A* mask = masks.input + g * B * I;
         MaskOperand(d, rows * I, B * I, x, mask, false, masks.operand);
         grad.Matrix(d, grad.w, g * w_gate, ldw, H, I, rows, dgx + g * H, G, masks.operand, I);
-        Gemm(d, false, keras, rows, I, H, dgx + g * H, G, pl.w + g * w_gate, ldw, false,
+        Gemm(d, false, dx_trans, rows, I, H, dgx + g * H, G, dx_w + g * dx_gate, dx_ldw, false,
              masked_dx, I);
         MaskOperand(d, rows * I, B * I, masked_dx, mask, g > 0, dx);
       }
     } else if (!m.skips(pl.layer)) {
       grad.Matrix(d, grad.w, 0, ldw, G, I, rows, dgx, G, x, I);
-      Gemm(d, false, keras, rows, I, G, dgx, G, pl.w, ldw, dir > 0, dx, I);
+      Gemm(d, false, dx_trans, rows, I, G, dgx, G, dx_w, dx_ldw, dir > 0, dx, I);
     } else {  // skip input: x was added to every gate
       ParallelFor(d, rows, G * 8.0, G * 1.0, [&](int64_t begin, int64_t end) {
         for (int64_t row = begin; row < end; ++row) {
@@ -1171,7 +1176,11 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const
   A* dx = scratch.Take<A>(rows * max_in * 2);
   A* masked_dx = run.input_masks ? scratch.Take<A>(rows * m.input_size) : nullptr;
   A* d_state = scratch.Take<A>(LD * B * (Hr + H));
+  // Keras' kernel [I, G] transposed once for dx, as the block engine's Wxᵀ (not for a few rows,
+  // whose products read it in place).
+  A* kernel_t = keras && PackFor(rows) ? scratch.Take<A>(G * I) : nullptr;
   if (scratch.counting() || !scratch.ok()) return scratch.ok();
+  if (kernel_t != nullptr) TransposeInto(d, I, G, weights.kernel, G, kernel_t, I);
   A* direct = gru || run.zoneout_h.active() ? carry + D * B * Hr : nullptr;
   A* dy_below = dx + rows * max_in;
   Fill(d, dparams, n_params, A(0));
@@ -1223,7 +1232,7 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const
       bufs.push_back(buf);
     }
     BackwardLayer<A, MathFor<T>>(d, pls, plan, run, len, x, dy, bufs, masks, masked_dx,
-                                 h_prev_seq, grads, dx);
+                                 h_prev_seq, grads, kernel_t, dx);
     for (int64_t dir = 0; dir < D; ++dir) {
       const int64_t p = l * D + dir;
       Convert(d, bufs[dir].dh, input_h_backprop + p * B * Hr, B * Hr);
