@@ -1097,8 +1097,12 @@ void BackwardLayer(const CPUDevice& d, const std::vector<PseudoLayer<A>>& pls,
       ReduceRows<A>(d, rows, G, [&](int64_t r, int64_t j) { return dgx[r * G + j]; },
                     grad.bias_w);
     }
-    ReduceRows<A>(d, rows, G, [&](int64_t r, int64_t j) { return dgh[r * G + j]; },
-                  grad.bias_r);
+    if (grad.bias_w != nullptr && dgh == dgx) {  // (b_W's and b_R's are the same sums but for GRU)
+      std::copy_n(grad.bias_w, G, grad.bias_r);
+    } else {
+      ReduceRows<A>(d, rows, G, [&](int64_t r, int64_t j) { return dgh[r * G + j]; },
+                    grad.bias_r);
+    }
   }
 }
 
@@ -1162,7 +1166,10 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const
 
   // Per direction (D parts each): the sweep buffers (SweepBuffers) and R's packed columns.
   const int64_t rows = T_ * B, max_in = std::max(m.input_size, D * Hr);
-  A* dparams = scratch.Take<A>(n_params);
+  // Keras' weight gradients in float and double are written where they go (every value of them
+  // is a product's or a reduction's output below); otherwise into dparams, then converted.
+  const bool grads_in_place = keras && std::is_same_v<T, A>;
+  A* dparams = grads_in_place ? nullptr : scratch.Take<A>(n_params);
   A* dgx = scratch.Take<A>(D * rows * G);
   // recurrent-side gate gradients equal the input-side ones except for GRU
   A* dgh = gru ? scratch.Take<A>(D * rows * G) : dgx;
@@ -1183,7 +1190,7 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const
   if (kernel_t != nullptr) TransposeInto(d, I, G, weights.kernel, G, kernel_t, I);
   A* direct = gru || run.zoneout_h.active() ? carry + D * B * Hr : nullptr;
   A* dy_below = dx + rows * max_in;
-  Fill(d, dparams, n_params, A(0));
+  if (dparams != nullptr) Fill(d, dparams, n_params, A(0));
 
   const A* dy = dy_top;
   for (int64_t l = m.num_layers - 1; l >= 0; --l) {
@@ -1199,11 +1206,13 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const
       if (keras) {  // (one pseudo-layer; the backward reads no b_W)
         pls[dir].ReadKerasWeights(weights.kernel, weights.recurrent_kernel, nullptr,
                                   weights.bias + (run.keras.bias_rows - 1) * G);
+        A* const bias = grads_in_place ? reinterpret_cast<A*>(keras_grads[2])
+                                       : dparams + (I + H) * G;
         grad.keras = true;
-        grad.w = dparams;
-        grad.r = dparams + I * G;
-        grad.bias_w = run.keras.bias_rows == 2 ? dparams + (I + H) * G : nullptr;
-        grad.bias_r = dparams + (I + H + run.keras.bias_rows - 1) * G;
+        grad.w = grads_in_place ? reinterpret_cast<A*>(keras_grads[0]) : dparams;
+        grad.r = grads_in_place ? reinterpret_cast<A*>(keras_grads[1]) : dparams + I * G;
+        grad.bias_w = run.keras.bias_rows == 2 ? bias : nullptr;
+        grad.bias_r = bias + (run.keras.bias_rows - 1) * G;
       } else {
         const PseudoLayerRegions& reg = pls[dir].reg;
         grad.w = dparams + reg.w;
@@ -1248,7 +1257,7 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const
     }
   }
   FromTimeMajor(d, run, m.input_size, dx, input_backprop);
-  write_weight_grads(dparams);
+  if (!grads_in_place) write_weight_grads(dparams);
   return true;
 }
 
