@@ -9,6 +9,10 @@
 namespace tf_lstm_ops {
 namespace gemm {
 
+// Products (one Block call) of at most this many multiply-adds run on the ISA builds' register
+// tiles, copying slabs of B; larger ones on Eigen's cache-blocked GEMM (gemm_isa.cc).
+constexpr double kTiledMaxMacs = static_cast<double>(int64_t{1} << 27);
+
 // How a product sums over k. kPlain: each output is one FMA chain per 256-deep slab of k, the
 // slabs added in A. kLong, for the long float sums over an RNN's time x batch rows (weight
 // gradients; several times less accurate as one chain than a per-step computation): where the

@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "cc/cpu/gemm.h"
+
 namespace tf_lstm_ops {
 namespace gemm {
 namespace TF_LSTM_GEMM_ISA {
@@ -67,7 +69,7 @@ void Block(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const A*
     }
     return;
   }
-  const bool small = static_cast<double>(m) * n * k <= static_cast<double>(int64_t{1} << 27);
+  const bool small = static_cast<double>(m) * n * k <= kTiledMaxMacs;
   if (small &&
       SlabbedBlock(trans_a, trans_b, m, n, k, a, lda, b, ldb, accumulate, c, ldc, long_sum)) {
     return;

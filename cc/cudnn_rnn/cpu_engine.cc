@@ -783,15 +783,32 @@ template <typename A>
 struct WeightGradients {
   A *w = nullptr, *r = nullptr, *proj = nullptr, *bias_w = nullptr, *bias_r = nullptr;
   bool keras = false;
+  // Params' layout: scratch for a block computed in Keras' orientation first, or null.
+  A* transposed = nullptr;
   // The block of gates·units rows (from `offset`, leading dimension ld) of dM for a weight matrix
   // M [G*H, width] = dgᵀ·operand, dg [rows, gate_units] (ld_dg), operand [rows, width]: in params,
   // that block; in Keras' layout, its transpose (operandᵀ·dg), whose gates·units are columns.
+  // Params' block, too, is computed as operandᵀ·dg into `transposed` and transposed into place
+  // where the product has kMinRowsToTranspose rows (fewer: the copy costs about what it saves)
+  // and runs on the register tiles (at most gemm::kTiledMaxMacs per thread). The tiles' strided
+  // operand is then `operand` (x or h_prev, rows I or Hr values apart), not dg, whose rows G
+  // values apart (4 KiB at G = 1024) fall into a few L1 sets: 16-28 % slower (docs/
+  // performance.md §3.3). The same sums. (Eigen, for larger products, ran 7 % slower this way
+  // round at (100, 64, 512, 512).)
+  static constexpr int64_t kMinRowsToTranspose = 64;
   void Matrix(const CPUDevice& d, A* out, int64_t offset, int64_t ld, int64_t gate_units,
               int64_t width, int64_t rows, const A* dg, int64_t ld_dg, const A* operand,
               int64_t ld_operand) const {
-    if (keras) {
-      Gemm(d, true, false, width, gate_units, rows, operand, ld_operand, dg, ld_dg, false,
-           out + offset, ld, gemm::Sum::kLong);
+    const bool via_transposed =
+        !keras && transposed != nullptr && rows >= kMinRowsToTranspose &&
+        static_cast<double>(rows) * width * gate_units <= gemm::kTiledMaxMacs * d.numThreads();
+    if (keras || via_transposed) {
+      A* dst = keras ? out + offset : transposed;
+      Gemm(d, true, false, width, gate_units, rows, operand, ld_operand, dg, ld_dg, false, dst,
+           keras ? ld : gate_units, gemm::Sum::kLong);
+      if (via_transposed) {
+        TransposeInto(d, width, gate_units, transposed, gate_units, out + offset, ld);
+      }
     } else {
       Gemm(d, true, false, gate_units, width, rows, dg, ld_dg, operand, ld_operand, false,
            out + offset, ld, gemm::Sum::kLong);
@@ -1186,6 +1203,10 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const
   // Keras' kernel [I, G] transposed once for dx, as the block engine's Wxᵀ (not for a few rows,
   // whose products read it in place).
   A* kernel_t = keras && PackFor(rows) ? scratch.Take<A>(G * I) : nullptr;
+  // Params' weight gradients computed in Keras' orientation first (WeightGradients::Matrix).
+  A* transposed_grads = !keras && rows >= WeightGradients<A>::kMinRowsToTranspose
+                            ? scratch.Take<A>(G * std::max(max_in, Hr))
+                            : nullptr;
   if (scratch.counting() || !scratch.ok()) return scratch.ok();
   if (kernel_t != nullptr) TransposeInto(d, I, G, weights.kernel, G, kernel_t, I);
   A* direct = gru || run.zoneout_h.active() ? carry + D * B * Hr : nullptr;
@@ -1215,6 +1236,7 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const
         grad.bias_r = bias + (run.keras.bias_rows - 1) * G;
       } else {
         const PseudoLayerRegions& reg = pls[dir].reg;
+        grad.transposed = transposed_grads;
         grad.w = dparams + reg.w;
         grad.r = dparams + reg.r;
         grad.proj = dparams + reg.proj;
