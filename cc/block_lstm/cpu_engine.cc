@@ -553,11 +553,10 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims,
   }
   Bf16ChunkProducts bf16_products;
   if (bf16_dot) bf16_products.Init(d, scratch, dims, chunk * B, Bf16Bits(in.w));
-  // dx = dgates·Wxᵀ from Wxᵀ [G, I], transposed once: a product reading Wx [I, G] as a
-  // transposed operand copies slabs of it for every block of rows of every gate's product
-  // (the same sums either way). Not for products of a few rows, which read it in place.
+  // dx = dgates·Wxᵀ from Wxᵀ [G, I], transposed once where a product reading Wx [I, G] as a
+  // transposed operand would transpose it several times (TransposeOnceFor; the same sums).
   A* w_x_t = nullptr;
-  if (!bf16_dot && PackFor(L * B)) w_x_t = scratch.Take<A>(G * I);
+  if (!bf16_dot && TransposeOnceFor(L * B)) w_x_t = scratch.Take<A>(G * I);
 
   // The per-step product dh = dgates_{t+1}·Whᵀ wants step t+1's dgates as one [B, 4H] block:
   // the chunk's own rows, or in place, where the gates are four buffers, one of two

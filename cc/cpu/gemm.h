@@ -13,6 +13,10 @@ namespace gemm {
 // tiles, copying slabs of B; larger ones on Eigen's cache-blocked GEMM (gemm_isa.cc).
 constexpr double kTiledMaxMacs = static_cast<double>(int64_t{1} << 27);
 
+// The register tiles' products copy B one slab at a time for every block of this many rows of
+// op(A) (a transposed B through a transposing copy, once per block).
+constexpr int64_t kSlabBlockRows = 384;
+
 // How a product sums over k. kPlain: each output is one FMA chain per 256-deep slab of k, the
 // slabs added in A. kLong, for the long float sums over an RNN's time x batch rows (weight
 // gradients; several times less accurate as one chain than a per-step computation): where the

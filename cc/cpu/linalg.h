@@ -291,6 +291,14 @@ void CopyStrided(int64_t na, int64_t nb, const A* src, int64_t sa, int64_t sb, A
   }
 }
 
+// Whether a whole-sequence product of `rows` rows reading a weight matrix transposed (the
+// backward's dx = dgates·Wxᵀ) should read a copy transposed once per call (TransposeInto)
+// instead: the products' tiles transpose their slabs of it once per gemm::kSlabBlockRows rows of
+// every thread's share (a share of all rows, or with fewer rows than the matrix has columns, of
+// its columns), so from about that many rows on it is transposed more than once per call. (With
+// fewer, the one copy cost more than it saved: a backward at (20, 1, 256, 256) took 25 % longer.)
+inline bool TransposeOnceFor(int64_t rows) { return rows >= gemm::kSlabBlockRows; }
+
 // dst[j·ld_dst + i] = src[i·ld_src + j] for i < rows, j < cols (dst = srcᵀ): gemm::Transpose over
 // bands of src's rows across the op's intra-op threads.
 template <typename A>

@@ -122,7 +122,7 @@ constexpr int kTileRows = 6;
 // double, in rows of kWideLd (one column tile).
 constexpr int64_t kWideChain = 32;
 constexpr int64_t kWideLd = int64_t{kTileVecs} * Vec<float>::kLanes;
-constexpr int64_t kBlockRows = 384;  // SlabbedBlockSimd: an A block of kBlockRows x kDepth in L2
+constexpr int64_t kBlockRows = kSlabBlockRows;  // SlabbedBlockSimd: A's kBlockRows x kDepth in L2
 
 // This thread's double sums of one row block by one column tile (192 KiB with AVX-512; 4x fewer
 // rows per block measured 10-40 % slower), allocated on a thread's first long sum: on the heap,

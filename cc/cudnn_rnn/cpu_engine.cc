@@ -1200,9 +1200,8 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const
   A* dx = scratch.Take<A>(rows * max_in * 2);
   A* masked_dx = run.input_masks ? scratch.Take<A>(rows * m.input_size) : nullptr;
   A* d_state = scratch.Take<A>(LD * B * (Hr + H));
-  // Keras' kernel [I, G] transposed once for dx, as the block engine's Wxᵀ (not for a few rows,
-  // whose products read it in place).
-  A* kernel_t = keras && PackFor(rows) ? scratch.Take<A>(G * I) : nullptr;
+  // Keras' kernel [I, G] transposed once for dx where that saves transposes (TransposeOnceFor).
+  A* kernel_t = keras && TransposeOnceFor(rows) ? scratch.Take<A>(G * I) : nullptr;
   // Params' weight gradients computed in Keras' orientation first (WeightGradients::Matrix).
   A* transposed_grads = !keras && rows >= WeightGradients<A>::kMinRowsToTranspose
                             ? scratch.Take<A>(G * std::max(max_in, Hr))
