@@ -796,12 +796,16 @@ struct WeightGradients {
   // performance.md §3.3). The same sums. (Eigen, for larger products, ran 7 % slower this way
   // round at (100, 64, 512, 512).)
   static constexpr int64_t kMinRowsToTranspose = 64;
+  static bool ViaTransposed(const CPUDevice& d, int64_t rows, int64_t gate_units,
+                            int64_t width) {
+    return rows >= kMinRowsToTranspose &&
+           static_cast<double>(rows) * width * gate_units <= gemm::kTiledMaxMacs * d.numThreads();
+  }
   void Matrix(const CPUDevice& d, A* out, int64_t offset, int64_t ld, int64_t gate_units,
               int64_t width, int64_t rows, const A* dg, int64_t ld_dg, const A* operand,
               int64_t ld_operand) const {
     const bool via_transposed =
-        !keras && transposed != nullptr && rows >= kMinRowsToTranspose &&
-        static_cast<double>(rows) * width * gate_units <= gemm::kTiledMaxMacs * d.numThreads();
+        !keras && transposed != nullptr && ViaTransposed(d, rows, gate_units, width);
     if (keras || via_transposed) {
       A* dst = keras ? out + offset : transposed;
       Gemm(d, true, false, width, gate_units, rows, operand, ld_operand, dg, ld_dg, false, dst,
@@ -1202,10 +1206,11 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const
   A* d_state = scratch.Take<A>(LD * B * (Hr + H));
   // Keras' kernel [I, G] transposed once for dx where that saves transposes (TransposeOnceFor).
   A* kernel_t = keras && TransposeOnceFor(rows) ? scratch.Take<A>(G * I) : nullptr;
-  // Params' weight gradients computed in Keras' orientation first (WeightGradients::Matrix).
-  A* transposed_grads = !keras && rows >= WeightGradients<A>::kMinRowsToTranspose
-                            ? scratch.Take<A>(G * std::max(max_in, Hr))
-                            : nullptr;
+  // Params' weight gradients computed in Keras' orientation first (WeightGradients::Matrix),
+  // where at least the smallest of them (one gate's, of the narrowest operand) is.
+  const bool grads_transposed = !keras && WeightGradients<A>::ViaTransposed(
+                                              d, rows, H, std::min(m.input_size, Hr));
+  A* transposed_grads = grads_transposed ? scratch.Take<A>(G * std::max(max_in, Hr)) : nullptr;
   if (scratch.counting() || !scratch.ok()) return scratch.ok();
   if (kernel_t != nullptr) TransposeInto(d, I, G, weights.kernel, G, kernel_t, I);
   A* direct = gru || run.zoneout_h.active() ? carry + D * B * Hr : nullptr;
