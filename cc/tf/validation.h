@@ -91,6 +91,16 @@ inline const tensorflow::Tensor& NamedInput(tensorflow::OpKernelContext* ctx, co
   return *t;
 }
 
+// A gradient input (the cotangent of a forward result) must have the shape of what it is the
+// gradient of: `of` says which ("the forward output's shape", "the shape of input_h").
+inline absl::Status CheckGradShape(const tensorflow::Tensor& grad, const char* name,
+                                   const tensorflow::TensorShape& shape, const char* of) {
+  if (grad.shape() == shape) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("Invalid ", name, " shape: ", name,
+                                                 " must have ", of, " ", shape.DebugString(),
+                                                 " but has shape ", grad.shape().DebugString()));
+}
+
 // Each named input must have exactly `dims` ([T, B, H] activations and gradients).
 inline absl::Status ValidateSameShape(tensorflow::OpKernelContext* ctx,
                                             std::initializer_list<const char*> names,

@@ -547,28 +547,16 @@ class CudnnRNNBackpropOp : public OpKernel {
     // The forward results and their gradients must have the forward's shapes.
     const TensorShape output_shape = OutputShape(m, run);
     for (int k : {4, 7}) {
-      OP_REQUIRES(ctx, in[k]->shape() == output_shape,
-                  absl::InvalidArgumentError(absl::StrCat(
-                      "Invalid ", names[k], " shape: ", names[k],
-                      " must have the forward output's shape ",
-                      output_shape.DebugString(), " but has shape ",
-                      in[k]->shape().DebugString())));
+      OP_REQUIRES_OK(ctx, CheckGradShape(*in[k], names[k], output_shape,
+                                         "the forward output's shape"));
     }
     for (int k : {5, 8}) {
-      OP_REQUIRES(ctx, in[k]->shape() == in[1]->shape(),
-                  absl::InvalidArgumentError(absl::StrCat(
-                      "Invalid ", names[k], " shape: ", names[k],
-                      " must have the shape of input_h ", in[1]->shape().DebugString(),
-                      " but has shape ", in[k]->shape().DebugString())));
+      OP_REQUIRES_OK(ctx, CheckGradShape(*in[k], names[k], in[1]->shape(), "the shape of input_h"));
     }
     if (lstm) {
       for (int k : {6, 9}) {
-        OP_REQUIRES(ctx, in[k]->shape() == in[2]->shape(),
-                    absl::InvalidArgumentError(absl::StrCat(
-                        "Invalid ", names[k], " shape: ", names[k],
-                        " must have the shape of input_c ", in[2]->shape().DebugString(),
-                        " but has shape ",
-                        in[k]->shape().DebugString())));
+        OP_REQUIRES_OK(ctx,
+                       CheckGradShape(*in[k], names[k], in[2]->shape(), "the shape of input_c"));
       }
     }
     // host_reserved must be what our training forward wrote: {algo, tensor-op flag} for V2 (TF's

@@ -193,16 +193,11 @@ class LayerNormLstmGradOp : public OpKernel {
     const Tensor& input = NamedInput(ctx, "input");
     const Tensor& input_h = NamedInput(ctx, "input_h");
     const TensorShape output_shape({input.dim_size(0), input.dim_size(1), m.num_units});
-    OP_REQUIRES(ctx, NamedInput(ctx, "output_backprop").shape() == output_shape,
-                absl::InvalidArgumentError(absl::StrCat(
-                    "output_backprop must have the forward output's shape ",
-                    output_shape.DebugString(), " but has shape ",
-                    NamedInput(ctx, "output_backprop").shape().DebugString())));
+    OP_REQUIRES_OK(ctx, CheckGradShape(NamedInput(ctx, "output_backprop"), "output_backprop",
+                                       output_shape, "the forward output's shape"));
     for (const char* name : {"output_h_backprop", "output_c_backprop"}) {
-      OP_REQUIRES(ctx, NamedInput(ctx, name).shape() == input_h.shape(),
-                  absl::InvalidArgumentError(absl::StrCat(
-                      name, " must have the shape of input_h ", input_h.shape().DebugString(),
-                      " but has shape ", NamedInput(ctx, name).shape().DebugString())));
+      OP_REQUIRES_OK(ctx, CheckGradShape(NamedInput(ctx, name), name, input_h.shape(),
+                                         "the shape of input_h"));
     }
     // The reserve space must come from our training forward with exactly this configuration.
     const Tensor& reserve = NamedInput(ctx, "reserve_space");
