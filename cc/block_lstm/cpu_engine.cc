@@ -553,10 +553,13 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims,
   }
   Bf16ChunkProducts bf16_products;
   if (bf16_dot) bf16_products.Init(d, scratch, dims, chunk * B, Bf16Bits(in.w));
-  // dx = dgates·Wxᵀ from Wxᵀ [G, I], transposed once where a product reading Wx [I, G] as a
-  // transposed operand would transpose it several times (TransposeOnceFor; the same sums).
+  // dx = dgates·Wxᵀ from Wxᵀ [G, I], transposed once where the products reading Wx [I, G]
+  // transposed would transpose it several times (TransposeOnceFor; the same sums). One product
+  // per chunk, k = H per gate in place (then the products are four times smaller).
   A* w_x_t = nullptr;
-  if (!bf16_dot && TransposeOnceFor(L * B)) w_x_t = scratch.Take<A>(G * I);
+  if (!bf16_dot && TransposeOnceFor(d, chunk * B, I, whole ? H : G)) {
+    w_x_t = scratch.Take<A>(G * I);
+  }
 
   // The per-step product dh = dgates_{t+1}·Whᵀ wants step t+1's dgates as one [B, 4H] block:
   // the chunk's own rows, or in place, where the gates are four buffers, one of two

@@ -90,6 +90,10 @@ void Transpose(int64_t rows, int64_t cols, const A* src, int64_t ld_src, A* dst,
 // GFLOP/s, measured for about `seconds`: the benchmark's hardware peak.
 double FmaPeakGflops(double seconds);
 
+// Whether the blocks' products can run on the register tiles here (an AVX2 or AVX-512 build):
+// otherwise every Block runs Eigen.
+bool HasRegisterTiles();
+
 // Whether the blocks run an AVX-512 build here (after TF_LSTM_OPS_CPU_ISA's cap): the engines'
 // element-wise passes then run their AVX-512 variant too (cc/cpu/elementwise.h).
 bool IsAvx512();

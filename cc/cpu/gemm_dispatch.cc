@@ -268,6 +268,10 @@ void PackedBlockBf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t
   }
 }
 
+bool HasRegisterTiles() {
+  return Selected() == Isa::kAvx512Bf16 || Selected() == Isa::kAvx512 || Selected() == Isa::kAvx2;
+}
+
 bool IsAvx512() { return Selected() == Isa::kAvx512Bf16 || Selected() == Isa::kAvx512; }
 
 const char* IsaName() {

@@ -291,13 +291,16 @@ void CopyStrided(int64_t na, int64_t nb, const A* src, int64_t sa, int64_t sb, A
   }
 }
 
-// Whether a whole-sequence product of `rows` rows reading a weight matrix transposed (the
-// backward's dx = dgates·Wxᵀ) should read a copy transposed once per call (TransposeInto)
-// instead: the products' tiles transpose their slabs of it once per gemm::kSlabBlockRows rows of
-// every thread's share (a share of all rows, or with fewer rows than the matrix has columns, of
-// its columns), so from about that many rows on it is transposed more than once per call. (With
-// fewer, the one copy cost more than it saved: a backward at (20, 1, 256, 256) took 25 % longer.)
-inline bool TransposeOnceFor(int64_t rows) { return rows >= gemm::kSlabBlockRows; }
+// Whether whole-sequence products C [rows, n] = A·Wᵀ (k deep each; the backward's dx =
+// dgates·Wxᵀ) should read a copy of W transposed once per call (TransposeInto) instead of W
+// itself: on the register tiles (at most gemm::kTiledMaxMacs per thread) each product transposes
+// its slabs of W once per gemm::kSlabBlockRows rows of every thread's share. Measured: from 384
+// rows on the one copy saves time; below it did not (a backward at (20, 1, 256, 256) took 25 %
+// longer with it). Eigen, for larger products or without the tiles, packs W either way.
+inline bool TransposeOnceFor(const CPUDevice& d, int64_t rows, int64_t n, int64_t k) {
+  return gemm::HasRegisterTiles() && rows >= gemm::kSlabBlockRows &&
+         static_cast<double>(rows) * n * k <= gemm::kTiledMaxMacs * d.numThreads();
+}
 
 // dst[j·ld_dst + i] = src[i·ld_src + j] for i < rows, j < cols (dst = srcᵀ): gemm::Transpose over
 // bands of src's rows across the op's intra-op threads.

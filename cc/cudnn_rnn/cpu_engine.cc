@@ -789,16 +789,16 @@ struct WeightGradients {
   // M [G*H, width] = dgᵀ·operand, dg [rows, gate_units] (ld_dg), operand [rows, width]: in params,
   // that block; in Keras' layout, its transpose (operandᵀ·dg), whose gates·units are columns.
   // Params' block, too, is computed as operandᵀ·dg into `transposed` and transposed into place
-  // where the product has kMinRowsToTranspose rows (fewer: the copy costs about what it saves)
-  // and runs on the register tiles (at most gemm::kTiledMaxMacs per thread). The tiles' strided
-  // operand is then `operand` (x or h_prev, rows I or Hr values apart), not dg, whose rows G
-  // values apart (4 KiB at G = 1024) fall into a few L1 sets: 16-28 % slower (docs/
-  // performance.md §3.3). The same sums. (Eigen, for larger products, ran 7 % slower this way
-  // round at (100, 64, 512, 512).)
+  // where the sums are at least kMinRowsToTranspose rows (T·B) deep (shallower: the copy costs
+  // about what it saves) and the product runs on the register tiles (about gemm::kTiledMaxMacs
+  // per thread at most). The tiles' strided operand is then `operand` (x or h_prev, rows I or Hr
+  // values apart), not dg, whose rows G values apart (4 KiB at G = 1024) fall into a few L1
+  // sets: 16-28 % slower (docs/performance.md §3.3). The same sums. (Eigen, for larger products
+  // or without the tiles, ran 7 % slower this way round at (100, 64, 512, 512).)
   static constexpr int64_t kMinRowsToTranspose = 64;
   static bool ViaTransposed(const CPUDevice& d, int64_t rows, int64_t gate_units,
                             int64_t width) {
-    return rows >= kMinRowsToTranspose &&
+    return gemm::HasRegisterTiles() && rows >= kMinRowsToTranspose &&
            static_cast<double>(rows) * width * gate_units <= gemm::kTiledMaxMacs * d.numThreads();
   }
   void Matrix(const CPUDevice& d, A* out, int64_t offset, int64_t ld, int64_t gate_units,
@@ -1137,7 +1137,8 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const
   const int64_t LD = m.num_pseudo_layers(), D = m.num_dirs, G = m.gate_width();
   const bool lstm = m.mode == RnnMode::kLstm, gru = m.mode == RnnMode::kGru;
   // The weights and their gradients: params, or Keras' tensors (KerasWeightsInPlace: one
-  // pseudo-layer), whose gradients are kept as [I + H + bias_rows, G*H] in the compute type.
+  // pseudo-layer), whose gradients are written where they go in float and double, otherwise
+  // kept as [I + H + bias_rows, G*H] in the compute type and converted.
   const bool keras = run.keras.given();
   const int64_t I = m.input_size;
   const int64_t n_params = keras ? (I + H + run.keras.bias_rows) * G : CheckedParamsSize(m);
@@ -1204,13 +1205,19 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const
   A* dx = scratch.Take<A>(rows * max_in * 2);
   A* masked_dx = run.input_masks ? scratch.Take<A>(rows * m.input_size) : nullptr;
   A* d_state = scratch.Take<A>(LD * B * (Hr + H));
-  // Keras' kernel [I, G] transposed once for dx where that saves transposes (TransposeOnceFor).
-  A* kernel_t = keras && TransposeOnceFor(rows) ? scratch.Take<A>(G * I) : nullptr;
+  // Keras' kernel [I, G] transposed once for dx where that saves transposes (TransposeOnceFor;
+  // per gate with input masks).
+  A* kernel_t = keras && TransposeOnceFor(d, rows, I, masks.input != nullptr ? H : G)
+                    ? scratch.Take<A>(G * I)
+                    : nullptr;
   // Params' weight gradients computed in Keras' orientation first (WeightGradients::Matrix),
-  // where at least the smallest of them (one gate's, of the narrowest operand) is.
-  const bool grads_transposed = !keras && WeightGradients<A>::ViaTransposed(
-                                              d, rows, H, std::min(m.input_size, Hr));
-  A* transposed_grads = grads_transposed ? scratch.Take<A>(G * std::max(max_in, Hr)) : nullptr;
+  // where at least the smallest of them is: one gate's where there are per-gate products (input
+  // masks, per_gate), of the narrowest operand.
+  const int64_t min_gate_units = plan.per_gate || masks.input != nullptr ? H : G;
+  const bool grads_transposed =
+      !keras && WeightGradients<A>::ViaTransposed(d, rows, min_gate_units,
+                                                  std::min(m.input_size, Hr));
+  A* transposed_grads = grads_transposed ? scratch.Take<A>(G * max_in) : nullptr;
   if (scratch.counting() || !scratch.ok()) return scratch.ok();
   if (kernel_t != nullptr) TransposeInto(d, I, G, weights.kernel, G, kernel_t, I);
   A* direct = gru || run.zoneout_h.active() ? carry + D * B * Hr : nullptr;
