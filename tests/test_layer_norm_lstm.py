@@ -225,6 +225,27 @@ def test_bad_inputs_are_invalid_arguments_naming_them(rng, case, mode):
     expect_invalid(op("LayerNormLSTM"), kwargs, mode, names)
 
 
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_the_grad_op_rejects_bad_cotangents_and_lengths_naming_them(rng, mode):
+    """Wrong rank, wrong size, an empty dimension and an out-of-range length, eagerly and in a
+    tf.function of unknown shapes: InvalidArgumentError naming the argument."""
+    from test_cudnn_validation import expect_invalid
+
+    args = op_args(case_inputs(rng), LENGTHS, "float32")
+    out = op("LayerNormLSTM")(**args)
+    cot = dict(output_backprop=tf.ones_like(out[0]), output_h_backprop=tf.ones_like(out[1]),
+               output_c_backprop=tf.ones_like(out[2]), reserve_space=out[3])
+    for override, name in [
+        (dict(output_backprop=tf.ones([B, T, H, 1])), "output_backprop"),
+        (dict(output_backprop=tf.ones([B, T, H + 1])), "output_backprop"),
+        (dict(output_h_backprop=tf.ones([0, H])), "output_h_backprop"),
+        (dict(output_c_backprop=tf.ones([B])), "output_c_backprop"),
+        (dict(sequence_lengths=tf.constant([T + 1] * B, tf.int32)), "sequence_lengths"),
+    ]:
+        expect_invalid(op("LayerNormLSTMGrad"), dict(args, **dict(cot, **override)), mode,
+                       [name])
+
+
 def test_the_grad_op_checks_its_cotangents_and_reserve_space(rng):
     args = op_args(case_inputs(rng), LENGTHS, "float32")
     out = op("LayerNormLSTM")(**args)

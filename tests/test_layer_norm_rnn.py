@@ -270,6 +270,28 @@ def test_bad_inputs_are_invalid_arguments_naming_them(rng, case, mode):
     expect_invalid(op("LayerNormRNN"), kwargs, mode, names)
 
 
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("cell", ["gru", "simple_rnn"])
+def test_the_grad_op_rejects_bad_cotangents_and_lengths_naming_them(rng, cell, mode):
+    """Wrong rank, wrong size, an empty dimension and an out-of-range length, eagerly and in a
+    tf.function of unknown shapes: InvalidArgumentError naming the argument."""
+    from test_cudnn_validation import expect_invalid
+
+    args = op_args(case_inputs(rng, cell), LENGTHS, "float32", cell)
+    out = op("LayerNormRNN")(**args)
+    cot = dict(output_backprop=tf.ones_like(out[0]), output_h_backprop=tf.ones_like(out[1]),
+               reserve_space=out[2])
+    for override, name in [
+        (dict(output_backprop=tf.ones([B, T, H, 1])), "output_backprop"),
+        (dict(output_backprop=tf.ones([B, T, H + 1])), "output_backprop"),
+        (dict(output_h_backprop=tf.ones([0, H])), "output_h_backprop"),
+        (dict(output_h_backprop=tf.ones([B])), "output_h_backprop"),
+        (dict(sequence_lengths=tf.constant([T + 1] * B, tf.int32)), "sequence_lengths"),
+    ]:
+        expect_invalid(op("LayerNormRNNGrad"), dict(args, **dict(cot, **override)), mode,
+                       [name])
+
+
 @pytest.mark.parametrize("cell", ["gru", "simple_rnn"])
 def test_the_grad_op_checks_its_cotangents_and_reserve_space(rng, cell):
     args = op_args(case_inputs(rng, cell), LENGTHS, "float32", cell)
