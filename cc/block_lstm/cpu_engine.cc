@@ -627,11 +627,10 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims,
     } else {
       ForGateBlocks(dgates, H, [&](const A* dk, int64_t col0, int64_t width) {
         const int64_t ld = dgates.ld;
-        if (w_x_t != nullptr) {
-          Gemm(d, false, false, rows, I, width, dk, ld, w_x_t + col0 * I, I, col0 > 0, dx_rows, I);
-        } else {
-          Gemm(d, false, true, rows, I, width, dk, ld, w_x + col0, G, col0 > 0, dx_rows, I);
-        }
+        const bool w_x_in_place = w_x_t == nullptr;  // (then read transposed)
+        Gemm(d, false, w_x_in_place, rows, I, width, dk, ld,
+             w_x_in_place ? w_x + col0 : w_x_t + col0 * I, w_x_in_place ? G : I, col0 > 0,
+             dx_rows, I);
         Gemm(d, true, false, I, width, rows, x + t0 * B * I, I, dk, ld, !first, dw + col0, G,
              gemm::Sum::kLong);
         // The states the chunk's steps started from: h_{t0-1}.. (contiguous), or for the

@@ -291,15 +291,21 @@ void CopyStrided(int64_t na, int64_t nb, const A* src, int64_t sa, int64_t sb, A
   }
 }
 
+// Whether Gemm runs an m x n x k product on the register tiles here (about gemm::kTiledMaxMacs
+// per thread at most, on a build that has them), not on Eigen.
+inline bool OnRegisterTiles(const CPUDevice& d, int64_t m, int64_t n, int64_t k) {
+  return gemm::HasRegisterTiles() &&
+         static_cast<double>(m) * n * k <= gemm::kTiledMaxMacs * d.numThreads();
+}
+
 // Whether whole-sequence products C [rows, n] = A·Wᵀ (k deep each; the backward's dx =
 // dgates·Wxᵀ) should read a copy of W transposed once per call (TransposeInto) instead of W
-// itself: on the register tiles (at most gemm::kTiledMaxMacs per thread) each product transposes
-// its slabs of W once per gemm::kSlabBlockRows rows of every thread's share. Measured: from 384
-// rows on the one copy saves time; below it did not (a backward at (20, 1, 256, 256) took 25 %
-// longer with it). Eigen, for larger products or without the tiles, packs W either way.
+// itself: on the register tiles each product transposes its slabs of W once per
+// gemm::kSlabBlockRows rows of every thread's share. Measured: from 384 rows on the one copy
+// saves time; below it did not (a backward at (20, 1, 256, 256) took 25 % longer with it).
+// Eigen, for larger products or without the tiles, packs W either way.
 inline bool TransposeOnceFor(const CPUDevice& d, int64_t rows, int64_t n, int64_t k) {
-  return gemm::HasRegisterTiles() && rows >= gemm::kSlabBlockRows &&
-         static_cast<double>(rows) * n * k <= gemm::kTiledMaxMacs * d.numThreads();
+  return rows >= gemm::kSlabBlockRows && OnRegisterTiles(d, rows, n, k);
 }
 
 // dst[j·ld_dst + i] = src[i·ld_src + j] for i < rows, j < cols (dst = srcᵀ): gemm::Transpose over

@@ -790,16 +790,15 @@ struct WeightGradients {
   // that block; in Keras' layout, its transpose (operandᵀ·dg), whose gates·units are columns.
   // Params' block, too, is computed as operandᵀ·dg into `transposed` and transposed into place
   // where the sums are at least kMinRowsToTranspose rows (T·B) deep (shallower: the copy costs
-  // about what it saves) and the product runs on the register tiles (about gemm::kTiledMaxMacs
-  // per thread at most). The tiles' strided operand is then `operand` (x or h_prev, rows I or Hr
-  // values apart), not dg, whose rows G values apart (4 KiB at G = 1024) fall into a few L1
-  // sets: 16-28 % slower (docs/performance.md §3.3). The same sums. (Eigen, for larger products
-  // or without the tiles, ran 7 % slower this way round at (100, 64, 512, 512).)
+  // about what it saves) and the product runs on the register tiles (OnRegisterTiles). The
+  // tiles' strided operand is then `operand` (x or h_prev, rows I or Hr values apart), not dg,
+  // whose rows G values apart (4 KiB at G = 1024) fall into a few L1 sets: 16-28 % slower
+  // (docs/performance.md §3.3). The same sums. (Eigen, for larger products or without the
+  // tiles, ran 7 % slower this way round at (100, 64, 512, 512).)
   static constexpr int64_t kMinRowsToTranspose = 64;
   static bool ViaTransposed(const CPUDevice& d, int64_t rows, int64_t gate_units,
                             int64_t width) {
-    return gemm::HasRegisterTiles() && rows >= kMinRowsToTranspose &&
-           static_cast<double>(rows) * width * gate_units <= gemm::kTiledMaxMacs * d.numThreads();
+    return rows >= kMinRowsToTranspose && OnRegisterTiles(d, width, gate_units, rows);
   }
   void Matrix(const CPUDevice& d, A* out, int64_t offset, int64_t ld, int64_t gate_units,
               int64_t width, int64_t rows, const A* dg, int64_t ld_dg, const A* operand,
