@@ -125,6 +125,7 @@ def test_help(capsys):
     ["--baseline", "nope"],
     ["--plot", "chart.jpg"],
     ["--cooldown", "-1"],
+    ["--lead-in", "-1"],
     ["--inference", "--hvp"],
     ["--configs", "--inference"],
     ["--no-such-flag"],
@@ -144,11 +145,38 @@ def test_argument_defaults_and_lists():
     assert args.dtypes == ["float32"] and args.families == ["lstm", "gru"]
     assert args.repeats == bench.DEFAULT_REPEATS
     assert args.cooldown == bench.DEFAULT_COOLDOWN_MS
+    assert args.lead_in == bench.DEFAULT_LEAD_IN == 1
+    assert bench.parse_args(["--quick"]).lead_in == bench.QUICK_LEAD_IN == 0
+    assert bench.parse_args(["--lead-in", "3"]).lead_in == 3
     args = bench.parse_args(["--quick", "--shape", "5x4x3x2", "--dtype", "fp16,bfloat16",
                              "--dtype", "half", "--family", "gru"])
     assert args.shapes == [(5, 4, 3, 2)]
     assert args.dtypes == ["half", "bfloat16"] and args.families == ["gru"]
     assert args.repeats == bench.QUICK_REPEATS
+
+
+@pytest.mark.parametrize("lead_in", [0, 2])
+def test_each_timed_call_follows_its_lead_in_calls(lead_in):
+    """The timed rounds: after the untimed first call and --warmup calls, each of --repeats timed
+    calls of a callable comes right after --lead-in untimed calls of the same callable."""
+    from tf_lstm_ops.bench.contenders import Case, Contender
+    from tf_lstm_ops.bench.timing import Progress, run_case
+
+    log = []
+
+    def build(case):
+        return {phase: (lambda phase=phase: log.append(phase)) for phase in ("fwd", "bwd")}
+
+    contender = Contender("fake", "lstm", "fake", ("fwd", "bwd"), build, dtypes=("float32",))
+    args = argparse.Namespace(warmup=1, repeats=3, cooldown=0.0, lead_in=lead_in)
+    cells = run_case(Case("lstm", "float32", SHAPE, 1), [contender], args,
+                     Progress(quiet=True, total=2), [])
+    assert [len(cell.samples) for cell in cells] == [3, 3]
+    timed = log[2 * (1 + args.warmup):]  # after the first call and the warm-up of each phase
+    # rounds rotate the order; each timed call is one run of lead_in + 1 calls of one phase
+    runs = [timed[i:i + lead_in + 1] for i in range(0, len(timed), lead_in + 1)]
+    assert len(runs) == 2 * args.repeats
+    assert all(len(set(run)) == 1 for run in runs)
 
 
 def test_hvp_contenders_run_only_when_asked_for():

@@ -35,7 +35,11 @@ read back to the host (`.numpy()`), so each call has really finished. The first 
 callable (tracing) and --warmup more are untimed. The timed calls go round-robin over all
 contenders and phases of a case, --repeats rounds (the order rotates each round), each call after
 an untimed --cooldown pause (torch's OpenMP threads spin for milliseconds after a call and would
-otherwise slow whichever contender comes next), and the table reports medians. GFLOP/s count
+otherwise slow whichever contender comes next) and --lead-in untimed calls of the same callable
+(default 1: the timed call runs with its threads awake and its data in cache, as the ops of a
+training loop run back to back; the first call after a pause also pays TensorFlow's wake-up of
+its sleeping threads, ~0.6 ms even for an empty tf.function on a 2-core VM), and the table
+reports medians. GFLOP/s count
 GEMM FLOP only (multiply-add = 2): LSTM forward 8*B*H*(I+H)*T, GRU 6*B*H*(I+H)*T, backward twice
 the forward; "% peak" divides by the machine's float32 FMA peak measured at the start of the run
 (for every dtype): the library's register-only FMA loop, in the ISA build that runs, on as many
@@ -70,6 +74,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 from tf_lstm_ops.bench.charts import plot  # noqa: E402
 from tf_lstm_ops.bench.cli import (  # noqa: E402
     DEFAULT_COOLDOWN_MS,
+    DEFAULT_LEAD_IN,
     DEFAULT_REPEATS,
     DEFAULT_SHAPES,
     DEFAULT_WARMUP,
@@ -78,6 +83,7 @@ from tf_lstm_ops.bench.cli import (  # noqa: E402
     INFERENCE_SHAPES,
     QUICK_FMA_SECONDS,
     QUICK_COOLDOWN_MS,
+    QUICK_LEAD_IN,
     QUICK_REPEATS,
     QUICK_SGEMM_N,
     QUICK_SHAPES,

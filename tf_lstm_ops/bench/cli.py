@@ -57,6 +57,8 @@ QUICK_REPEATS, QUICK_WARMUP = 3, 0
 # Untimed pause before every timed call: torch's OpenMP threads keep spinning for milliseconds
 # after a call (GOMP_SPINCOUNT), which would steal the CPUs from whichever contender runs next.
 DEFAULT_COOLDOWN_MS, QUICK_COOLDOWN_MS = 20.0, 0.0
+# Untimed calls of the same callable right before each timed one, after the cooldown.
+DEFAULT_LEAD_IN, QUICK_LEAD_IN = 1, 0
 SGEMM_N, QUICK_SGEMM_N = 2048, 256
 FMA_SECONDS, QUICK_FMA_SECONDS = 0.3, 0.05  # per thread, all threads at once
 
@@ -185,6 +187,13 @@ def build_parser():
                         help="untimed pause before every timed call, so threads a previous "
                              "contender left spinning (torch's OpenMP) do not slow the next one "
                              "(default %g; --quick %g)" % (DEFAULT_COOLDOWN_MS, QUICK_COOLDOWN_MS))
+    parser.add_argument("--lead-in", type=_non_negative, metavar="N",
+                        help="untimed calls of the same callable right after the cooldown and "
+                             "before each timed call, so the timed one runs warm, as the ops of "
+                             "a training loop run back to back (its threads awake, its data in "
+                             "cache); 0 times the first call after the pause, which pays "
+                             "TensorFlow's thread wake-up (default %d; --quick %d)"
+                             % (DEFAULT_LEAD_IN, QUICK_LEAD_IN))
     parser.add_argument("--quick", action="store_true",
                         help="a tiny fast run: shape %s unless --shape is given, fewer repeats, "
                              "a %dx%d sgemm, a %g s FMA peak"
@@ -224,6 +233,8 @@ def parse_args(argv=None):
         args.warmup = QUICK_WARMUP if args.quick else DEFAULT_WARMUP
     if args.cooldown is None:
         args.cooldown = QUICK_COOLDOWN_MS if args.quick else DEFAULT_COOLDOWN_MS
+    if args.lead_in is None:
+        args.lead_in = QUICK_LEAD_IN if args.quick else DEFAULT_LEAD_IN
     if args.cooldown < 0:
         parser.error("--cooldown: expected a non-negative number of milliseconds, got %g"
                      % args.cooldown)
@@ -320,7 +331,7 @@ def run(args):
         "config": {"shapes": [list(s) for s in args.shapes], "dtypes": args.dtypes,
                    "families": args.families, "repeats": args.repeats, "warmup": args.warmup,
                    "quick": args.quick, "inference": args.inference,
-                   "cooldown_ms": args.cooldown,
+                   "cooldown_ms": args.cooldown, "lead_in": args.lead_in,
                    "baseline": args.baseline or DEFAULT_BASELINE,
                    "contenders": args.contenders, "memory": args.memory},
         "machine": machine,

@@ -28,11 +28,13 @@ def format_table(report):
     else:
         lines.append("FMA peak: not measured (see the notes); % peak is empty")
     lines.append("sgemm (information): tf.matmul %dx%d float32 %.1f GFLOP/s%s (median of %d%s); "
-                 "%d repeats, %d warm-up; load average %s -> %s"
+                 "%d repeats, %d warm-up, %g ms cooldown + %d lead-in call(s) before each timed "
+                 "call; load average %s -> %s"
                  % (sg["n"], sg["n"], sg["gflops"],
                     ", %.0f%% of the FMA peak" % (100.0 * sg["gflops"] / fma["gflops"])
                     if fma else "", len(sg["samples_ms"]), _others(sg),
                     report["config"]["repeats"], report["config"]["warmup"],
+                    report["config"].get("cooldown_ms", 0), report["config"].get("lead_in", 0),
                     _load(m["load_average_start"]), _load(report.get("load_average_end"))))
     lines.append("tf.function call + read-back overhead: %.3f ms per sample (in every TF row)"
                  % m.get("tf_function_call_ms", float("nan")))

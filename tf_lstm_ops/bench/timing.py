@@ -176,6 +176,8 @@ def run_case(case, contenders, args, progress, skipped):
             for cell in cells[shift:] + cells[:shift]:
                 if args.cooldown > 0:
                     time.sleep(args.cooldown / 1e3)
+                for _ in range(args.lead_in):
+                    cell.fn()
                 start = time.perf_counter()
                 cell.fn()
                 cell.samples.append((time.perf_counter() - start) * 1e3)
