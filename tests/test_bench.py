@@ -147,6 +147,7 @@ def test_argument_defaults_and_lists():
     assert args.cooldown == bench.DEFAULT_COOLDOWN_MS
     assert args.lead_in == bench.DEFAULT_LEAD_IN == 1
     assert bench.parse_args(["--quick"]).lead_in == bench.QUICK_LEAD_IN == 0
+    assert bench.parse_args(["--inference"]).lead_in == 0
     assert bench.parse_args(["--lead-in", "3"]).lead_in == 3
     args = bench.parse_args(["--quick", "--shape", "5x4x3x2", "--dtype", "fp16,bfloat16",
                              "--dtype", "half", "--family", "gru"])

@@ -37,9 +37,9 @@ contenders and phases of a case, --repeats rounds (the order rotates each round)
 an untimed --cooldown pause (torch's OpenMP threads spin for milliseconds after a call and would
 otherwise slow whichever contender comes next) and --lead-in untimed calls of the same callable
 (default 1: the timed call runs with its threads awake and its data in cache, as the ops of a
-training loop run back to back; the first call after a pause also pays TensorFlow's wake-up of
-its sleeping threads, ~0.6 ms even for an empty tf.function on a 2-core VM), and the table
-reports medians. GFLOP/s count
+training loop run back to back; --inference defaults to 0, the first call after the pause, as
+between the frames of a stream, which also pays TensorFlow's wake-up of its sleeping threads,
+~0.6 ms even for an empty tf.function on a 2-core VM), and the table reports medians. GFLOP/s count
 GEMM FLOP only (multiply-add = 2): LSTM forward 8*B*H*(I+H)*T, GRU 6*B*H*(I+H)*T, backward twice
 the forward; "% peak" divides by the machine's float32 FMA peak measured at the start of the run
 (for every dtype): the library's register-only FMA loop, in the ISA build that runs, on as many

@@ -192,8 +192,8 @@ def build_parser():
                              "before each timed call, so the timed one runs warm, as the ops of "
                              "a training loop run back to back (its threads awake, its data in "
                              "cache); 0 times the first call after the pause, which pays "
-                             "TensorFlow's thread wake-up (default %d; --quick %d)"
-                             % (DEFAULT_LEAD_IN, QUICK_LEAD_IN))
+                             "TensorFlow's thread wake-up, as the frames of a stream do (default "
+                             "%d; --quick and --inference %d)" % (DEFAULT_LEAD_IN, QUICK_LEAD_IN))
     parser.add_argument("--quick", action="store_true",
                         help="a tiny fast run: shape %s unless --shape is given, fewer repeats, "
                              "a %dx%d sgemm, a %g s FMA peak"
@@ -233,8 +233,8 @@ def parse_args(argv=None):
         args.warmup = QUICK_WARMUP if args.quick else DEFAULT_WARMUP
     if args.cooldown is None:
         args.cooldown = QUICK_COOLDOWN_MS if args.quick else DEFAULT_COOLDOWN_MS
-    if args.lead_in is None:
-        args.lead_in = QUICK_LEAD_IN if args.quick else DEFAULT_LEAD_IN
+    if args.lead_in is None:  # (--inference: a stream's calls come after pauses)
+        args.lead_in = QUICK_LEAD_IN if args.quick or args.inference else DEFAULT_LEAD_IN
     if args.cooldown < 0:
         parser.error("--cooldown: expected a non-negative number of milliseconds, got %g"
                      % args.cooldown)
