@@ -43,18 +43,20 @@ def close(name, got, expect, tol, what):
         print("FAIL %s %s: relative error %.3g > %.3g" % (what, name, err, tol), flush=True)
 
 
-def block_lstm_cases(rng):
+# (H, B, use_peephole, cell_clip, layout). B = 130 and 100: 3 and 5 steps per chunk of the time
+# loops (kChunkRows = 512), so the sweeps cross chunk boundaries.
+BLOCK_SHAPES = [(37, 5, True, 0.8, "ICFO"), (48, 1, False, 0.0, "IFCO"), (64, 4, True, 0.0, "IFCO"),
+                (70, 3, False, 3.0, "ICFO"), (20, 130, True, 0.8, "IFCO"), (40, 100, False, 0.0, "ICFO")]
+
+
+def block_lstm_cases(rng, shapes=BLOCK_SHAPES, T=6):
     """BlockLSTM / BlockLSTMV2 forward and gradient with H from 20 to 70 (1 to 4 slices), and batches
     large enough for several chunks of steps."""
-    # B = 130 and 100: 3 and 5 steps per chunk of the time loops (kChunkRows = 512), so the
-    # sweeps cross chunk boundaries.
-    for H, B, use_peephole, cell_clip, layout in [(37, 5, True, 0.8, "ICFO"), (48, 1, False, 0.0, "IFCO"),
-                                                  (64, 4, True, 0.0, "IFCO"), (70, 3, False, 3.0, "ICFO"),
-                                                  (20, 130, True, 0.8, "IFCO"), (40, 100, False, 0.0, "ICFO")]:
+    for H, B, use_peephole, cell_clip, layout in shapes:
         # H = 40 with I = 64: L·I >= 8H, so the in-place gradient below stages its per-step dgates
         # in x_grad, with two slices.
-        T, I = 6, (64 if H == 40 else 9)
-        L = 5 if B < 100 else 6
+        I = 64 if H == 40 else 9
+        L = T - 1 if B < 100 else T
         # half/bfloat16 (forward only: their gradients' tolerances belong to the main suite):
         # the state each slice multiplies is h as stored, and bfloat16 runs the bf16 dot-product
         # kernels where the CPU has them.
@@ -121,19 +123,21 @@ def cudnn_forward_backward(rng, cfg, T, B, time_major, dtype, lens):
     return inp, cot, fwd, bwd
 
 
-def cudnn_cases(rng):
+CUDNN_MODELS = [("lstm", "bidirectional", 48, 0), ("lstm", "unidirectional", 64, 20),
+                ("lstm", "bidirectional", 40, 36), ("gru", "bidirectional", 37, 0),
+                ("gru", "unidirectional", 64, 0), ("rnn_tanh", "bidirectional", 48, 0),
+                ("rnn_relu", "unidirectional", 70, 0)]
+
+
+def cudnn_cases(rng, models=CUDNN_MODELS, batches=None, T=6):
     """CudnnRNNV3 forward and backprop: every mode, both directions, projection, lengths."""
-    for ci, (mode, direction, H, P) in enumerate([
-            ("lstm", "bidirectional", 48, 0), ("lstm", "unidirectional", 64, 20),
-            ("lstm", "bidirectional", 40, 36), ("gru", "bidirectional", 37, 0),
-            ("gru", "unidirectional", 64, 0), ("rnn_tanh", "bidirectional", 48, 0),
-            ("rnn_relu", "unidirectional", 70, 0)]):
+    for ci, (mode, direction, H, P) in enumerate(models):
         cfg = R.Cfg(mode, num_layers=2 if ci % 2 == 0 else 1, num_units=H, input_size=24,
                     direction=direction, num_proj=P)
         # (B = 24 and 17: time loops split by batch rows on 3 threads, except with a projection)
-        for B, time_major, dtype in ((5, ci % 3 != 0, "float32"), (1, True, "float64"), (4, False, "float64"),
-                                     (24, ci % 2 == 0, "float32"), (17, True, "float64")):
-            T = 6
+        for B, time_major, dtype in batches or (
+                (5, ci % 3 != 0, "float32"), (1, True, "float64"), (4, False, "float64"),
+                (24, ci % 2 == 0, "float32"), (17, True, "float64")):
             lens = rng.integers(0, T + 1, size=B)
             lens[0] = T
             inp, cot, fwd, bwd = cudnn_forward_backward(rng, cfg, T, B, time_major, dtype, lens)
@@ -174,7 +178,8 @@ def keras_params_cases(rng):
                       what + " back")
 
 
-def keras_rnn_cases(rng):
+def keras_rnn_cases(rng, batches=((1, "float64"), (3, "float32"), (5, "float32"), (20, "float32")),
+                    T=6):
     """KerasRNN and KerasRNNBackprop, which read Keras' weights in place (LSTM, SimpleRNN: the
     unpacked products of B <= 3 rows and packing from the transposed layout, per ISA build) or
     convert them (GRU), against CudnnRNNV3Keras and its Backprop on the converted weights (checked
@@ -184,8 +189,8 @@ def keras_rnn_cases(rng):
     op = library.op
     for mode, H, bias_rows in (("lstm", 48, 1), ("rnn_tanh", 70, 1), ("gru", 37, 2)):
         G = R.GATES[mode] * H
-        for B, dtype in ((1, "float64"), (3, "float32"), (5, "float32"), (20, "float32")):
-            T, I = 6, 24
+        for B, dtype in batches:
+            I = 24
             t = lambda v: R.to_tf(v, dtype)  # noqa: E731
             state = (B, 1, H)
             x, h, c = (t(rng.uniform(-1, 1, s)) for s in ((B, T, I), state, state))
@@ -265,4 +270,11 @@ block_lstm_cases(rng)
 cudnn_cases(rng)
 keras_params_cases(rng)
 keras_rnn_cases(rng)
+# Batches of 1-3 rows over 17-34 steps: the time loops pack the weights they read in place over
+# fewer steps (PackFor: the forward's row-major Wh and Keras recurrent_kernel from 16 steps,
+# params' R in the backward from 32).
+block_lstm_cases(rng, [(48, 1, False, 0.0, "IFCO"), (70, 3, True, 0.8, "ICFO")], T=34)
+cudnn_cases(rng, [("lstm", "bidirectional", 48, 0), ("gru", "unidirectional", 64, 0)],
+            ((1, True, "float32"), (3, False, "float64")), T=33)
+keras_rnn_cases(rng, ((1, "float32"), (2, "float64")), T=17)
 print("DONE %d" % checks, flush=True)

@@ -434,7 +434,8 @@ bool ForwardWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims,
   const LoopSplit split = SplitLoop(d, B, UnitSliceCount(H, d.numThreads()),
                                     H * 4 * gemm::PaddedCols(H) * int64_t{sizeof(A)});
   const SlicePacking packing(UnitSlices(H, split.max_slices(d)), H, 4,
-                             PackFor(B) || UsesBf16Dot<T>());  // (the bf16 dot needs packing)
+                             PackFor(B, L, /*transposed_source=*/false, kPackForwardMinSteps) ||
+                                 UsesBf16Dot<T>());  // (the bf16 dot needs packing)
   const std::vector<int64_t>& bounds = packing.bounds();
   ForwardProducts<T, A> products;
   products.Init(d, scratch, dims, L, in, out, packing);
@@ -575,7 +576,8 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims,
   // (or read in place at batches of a few rows: PackFor). Or split by batch rows (SplitLoop).
   const LoopSplit split = SplitLoop(d, B, UnitSliceCount(H, d.numThreads()),
                                     G * gemm::PaddedCols(H) * int64_t{sizeof(A)});
-  const SlicePacking packing(UnitSlices(H, split.max_slices(d)), G, 1, PackFor(B));
+  const SlicePacking packing(UnitSlices(H, split.max_slices(d)), G, 1,
+                             PackFor(B, L, /*transposed_source=*/true, kPackBackwardMinSteps));
   const std::vector<int64_t>& bounds = packing.bounds();
   A* wt_packed = dw;
   if (!whole || packing.size() > (I + H) * G) wt_packed = scratch.Take<A>(packing.size());

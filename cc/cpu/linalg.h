@@ -409,13 +409,29 @@ void RunLoop(const CPUDevice& d, const LoopSplit& split, int64_t phases, int uni
   });
 }
 
-// At most this many rows per step (the batch), a time loop multiplies its recurrent weights where
-// they are stored instead of packing them (SlicePacking(..., PackFor(rows))): each weight is then
-// used once or twice per step, and packing them (a copy of all weights per call, a transpose for
-// cuDNN's layout) costs more than it saves, the main cost of a call at T = B = 1. (Not above
-// gemm::kDotMaxRows: a transposed operand of more rows would be copied by every product.)
+// Whether a time loop packs its recurrent weights (SlicePacking(..., PackFor(...))) for a
+// product of `rows_per_step` rows (the batch) per step over `steps` steps. Above
+// gemm::kDotMaxRows rows always (a product of more rows would copy a transposed operand itself,
+// every step). At fewer rows each weight is used once or twice per step, and packing, a copy of
+// all weights per call, is the main cost of a call at T = B = 1; how much a step gains from it
+// depends on how Pack's source is stored:
+// - transposed (rows contiguous: params' R in the forward, Wh read as Whᵀ in the backward): read
+//   in place as dot products over contiguous rows, about as fast as from panels, while packing
+//   transposes. Never packed at a few rows (at batch 1, H = 512, T = 100 packing made the block
+//   backward 9 % slower).
+// - row-major [k, n] (the block engine's Wh and Keras' recurrent_kernel in the forward, params'
+//   R in the backward): read in place, every k of a step's product starts a new row, 4 KiB or
+//   more apart in the forward, so each step waits on L2; packing is a plain copy. Packed from
+//   `min_steps` steps: kPackForwardMinSteps (block forward at batch 1, H = 256: 31 % faster at
+//   T = 20, 18 % at 12, 4 % at 8; at H = 128, whose weights stay in cache, no faster),
+//   kPackBackwardMinSteps (rows of R there are Hr values apart and gain less: CudnnRNN's
+//   backward at batch 1, H = 256: 5 % slower at T = 20, 4 % faster at 40, 9-13 % at 100).
 constexpr int64_t kUnpackedMaxRows = gemm::kDotMaxRows;
-inline bool PackFor(int64_t rows_per_step) { return rows_per_step > kUnpackedMaxRows; }
+constexpr int64_t kPackForwardMinSteps = 16, kPackBackwardMinSteps = 32;
+inline bool PackFor(int64_t rows_per_step, int64_t steps, bool transposed_source,
+                    int64_t min_steps) {
+  return rows_per_step > kUnpackedMaxRows || (!transposed_source && steps >= min_steps);
+}
 
 // A time loop's recurrent weights packed once per unit slice for gemm::PackedBlock (or, as bf16
 // bits (uint16_t), for gemm::PackedBlockBf16), so that a slice's per-step product streams one

@@ -146,15 +146,19 @@ struct TeamPlan {
   TeamPlan(const CPUDevice& d, const RnnModel& m, const RnnRun& run, int64_t value_bytes)
       : split(Split(d, m, run, value_bytes)),
         fwd(UnitSlices(m.num_units, split.by_rows() ? 1 : Share(d, m)), m.output_width(),
-            m.gates(), PackFor(run.batch)),
+            m.gates(),
+            PackFor(run.batch, run.time, /*transposed_source=*/!run.keras.given(),
+                    kPackForwardMinSteps)),
         bwd(m.has_proj() ? UnitSlices(m.num_proj, Share(d, m)) : fwd.bounds(),
-            PerGate(m, run) ? m.num_units : m.gate_width(), 1, PackFor(run.batch)),
+            PerGate(m, run) ? m.num_units : m.gate_width(), 1,
+            PackFor(run.batch, run.time, /*transposed_source=*/run.keras.given(),
+                    kPackBackwardMinSteps)),
         per_gate(PerGate(m, run)),
         slices(std::max(fwd.slices(), bwd.slices())),
         phases_per_step(m.has_proj() || m.gru_reset_before ? 2 : 1) {}
   int units(const RnnModel& m) const { return static_cast<int>(m.num_dirs) * slices; }
   // Pack* pack R for a direction's time loop; the products (of the state's B rows) read it
-  // from there, or from R itself where the plan packs nothing (batches of a few rows). The
+  // from there, or from R itself where the plan packs nothing (PackFor: a few rows, few steps). The
   // forward's R is params' or Keras' recurrent_kernel (pl's strides).
   template <typename A>
   void PackForward(const CPUDevice& d, const PseudoLayer<A>& pl, A* packed) const {
