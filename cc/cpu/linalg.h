@@ -351,12 +351,13 @@ inline std::vector<int64_t> UnitSlices(int64_t width, int64_t max_slices) {
 // 3.9 ms on one. Rows where there are at least as many row blocks of kMinLoopRows (one tall
 // register tile: their products run as fast as a whole batch's) as the unit split has units
 // (`unit_team`: rows never run on fewer threads), and the weights a step multiplies take at
-// most half a core's L2 cache, or, where every block has kStreamLoopRows, at most two L2s: then
+// most half a core's L2 cache, or, where every block has kStreamLoopRows, at most four L2s: then
 // each weight read serves 16 rows, 8 bytes per cycle at two AVX-512 FMAs a cycle, which a core's
 // L3 delivers. (2-core Zen 5 VM, 1 MiB L2, alternated in one process, split by rows against by
 // units: block forward at (50, 32, 128, 256), 1 MiB of weights, 3.31 vs 3.45 ms, backward 6.68
-// vs 6.79; at H = 384, 2.4 MiB, 8.08 vs 8.68 and 16.3 vs 17.0; at H = 512, 4 MiB, equal; at H =
-// 1024, 16 MiB, 11.7 vs 9.5.) Units otherwise.
+// vs 6.79, and through the ops fwd+bwd 10-12 % faster; at H = 384, 2.4 MiB, 8.08 vs 8.68 and
+// 16.3 vs 17.0; at (100, 64, 512, 512), 4 MiB, equal in the engine and 5 % faster through the
+// ops; at H = 1024, 16 MiB, 11.7 vs 9.5: slower.) Units otherwise.
 struct LoopSplit {
   static constexpr int64_t kMinLoopRows = 8, kStreamLoopRows = 16;
   int64_t row_blocks = 1;  // > 1: by batch rows, in RunInShards' blocks
@@ -394,7 +395,7 @@ inline LoopSplit SplitLoop(const CPUDevice& d, int64_t batch, int64_t unit_team,
   const int64_t blocks = std::min<int64_t>(d.numThreads(), batch / LoopSplit::kMinLoopRows);
   const bool weights_fit = 2 * weight_bytes <= CoreL2Bytes() ||
                            (batch / std::max<int64_t>(1, blocks) >= LoopSplit::kStreamLoopRows &&
-                            weight_bytes <= 2 * CoreL2Bytes());
+                            weight_bytes <= 4 * CoreL2Bytes());
   if (blocks > 1 && blocks >= unit_team && weights_fit) {
     split.row_blocks = blocks;
   }
