@@ -243,6 +243,11 @@ def _backprop_cases():
          **reshaped("output_backprop", lambda t: t[..., :-1]))
     case("output_h_backprop_shape", ("output_h_backprop",),
          **reshaped("output_h_backprop", lambda t: t[..., :-1]))
+    # an empty dimension where the forward's has size
+    case("output_backprop_empty", ("output_backprop",),
+         **reshaped("output_backprop", lambda t: t[:, :0]))
+    case("output_h_backprop_empty", ("output_h_backprop",),
+         **reshaped("output_h_backprop", lambda t: t[:, :0]))
     case("output_c_backprop_shape", ("output_c_backprop",),
          **reshaped("output_c_backprop", lambda t: t[:, :-1]))
     case("output_c_backprop_rank", ("output_c_backprop",),
