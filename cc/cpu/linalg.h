@@ -393,10 +393,10 @@ inline LoopSplit SplitLoop(const CPUDevice& d, int64_t batch, int64_t unit_team,
   LoopSplit split;
   split.batch = batch;
   const int64_t blocks = std::min<int64_t>(d.numThreads(), batch / LoopSplit::kMinLoopRows);
-  const bool weights_fit = 2 * weight_bytes <= CoreL2Bytes() ||
-                           (batch / std::max<int64_t>(1, blocks) >= LoopSplit::kStreamLoopRows &&
-                            weight_bytes <= 4 * CoreL2Bytes());
-  if (blocks > 1 && blocks >= unit_team && weights_fit) {
+  if (blocks <= 1 || blocks < unit_team) return split;
+  const int64_t l2 = CoreL2Bytes();
+  if (2 * weight_bytes <= l2 ||
+      (batch / blocks >= LoopSplit::kStreamLoopRows && weight_bytes <= 4 * l2)) {
     split.row_blocks = blocks;
   }
   return split;
