@@ -15,7 +15,9 @@ For every case (family x dtype x shape (T, B, I, H)) each contender times some o
            forward op's outputs (BlockLSTMGradV2, CudnnRNNBackpropV3); torch: autograd.grad on a
            retained graph.
   fwd+bwd  forward and backward in one tf.function (or one torch step), as a training step uses
-           them; the tape rows take tf.GradientTape's gradient w.r.t. the inputs and weights.
+           them; the tape rows take tf.GradientTape's gradient w.r.t. the inputs and weights,
+           with the same dy as the output's cotangent (output_gradients; torch: autograd.grad's
+           grad_outputs), so no row times a loss's element-wise ops.
   hvp      (--hvp, or the *_hvp contenders by name) one Hessian-vector product w.r.t. the weights,
            d/dw <d loss/dw, v>, by double backpropagation in one tf.function: BlockLSTMV2 (LSTM),
            CudnnRNNV3 and the Keras layers, ours and Keras'. Counted as two fwd+bwd steps in

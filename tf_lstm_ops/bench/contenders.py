@@ -171,8 +171,7 @@ def build_ours_tape(case):
             tape.watch([x, w, b])
             h = tf_lstm_ops.raw.BlockLSTMV2(x=x, w=w, b=b, cell_clip=0.0, use_peephole=False,
                                             **rest).h
-            loss = tf.reduce_sum(h * dy)
-        return _force(tape.gradient(loss, [x, w, b]))
+        return _force(tape.gradient(h, [x, w, b], output_gradients=dy))
 
     return {"fwd+bwd": lambda: step(x, w, b).numpy()}
 
@@ -211,8 +210,8 @@ def _cell_loop_phases(cell_op, case, with_grad):
         def both(x, w, b, cs0, h0):
             with tf.GradientTape() as tape:
                 tape.watch([x, w, b])
-                loss = tf.reduce_sum(run(x, w, b, cs0, h0) * dy)
-            return _force(tape.gradient(loss, [x, w, b]))
+                hs = run(x, w, b, cs0, h0)
+            return _force(tape.gradient(hs, [x, w, b], output_gradients=dy))
 
         phases["fwd+bwd"] = lambda: both(*args).numpy()
     return phases
@@ -295,8 +294,9 @@ def _keras_phases(layer_cls, case, with_mask=False, **kwargs):
     def both(x):
         with tf.GradientTape() as tape:
             tape.watch(x)
-            loss = tf.reduce_sum(layer(x, mask=mask, training=True) * dy)
-        return _force(tape.gradient(loss, [x] + list(layer.trainable_variables)))
+            y = layer(x, mask=mask, training=True)
+        return _force(tape.gradient(y, [x] + list(layer.trainable_variables),
+                                    output_gradients=dy))
 
     return {"fwd": lambda: fwd(x).numpy(), "fwd+bwd": lambda: both(x).numpy()}
 
