@@ -32,9 +32,12 @@ For every case (family x dtype x shape (T, B, I, H)) each contender times some o
            under inference_mode. Default shapes: the usual four and a streaming step
            (1, 1, 256, 256); baseline: our Keras layer.
 
-Every TensorFlow callable is a tf.function with pre-made inputs; one element of every result is
-read back to the host (`.numpy()`), so each call has really finished. The first call of every
-callable (tracing) and --warmup more are untimed. The timed calls go round-robin over all
+Every TensorFlow callable is a tf.function with pre-made inputs, called as a training or serving
+step is: the input sequence x is its one argument, the weights, initial states and dy are captured
+(a dict of nine tensors as arguments would add ~0.1 ms of Python per call, more than an op's
+fixed cost, which torch's rows do not pay); one element of every result is read back to the host
+(`.numpy()`), so each call has really finished. The first call of every callable (tracing) and
+--warmup more are untimed. The timed calls go round-robin over all
 contenders and phases of a case, --repeats rounds (the order rotates each round), each call after
 an untimed --cooldown pause (torch's OpenMP threads spin for milliseconds after a call and would
 otherwise slow whichever contender comes next) and --lead-in untimed calls of the same callable

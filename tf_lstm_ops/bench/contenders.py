@@ -115,27 +115,28 @@ def _block_lstm(raw, case, inference=False):
     import tensorflow as tf
 
     t = case.tensor
-    args = dict(seq_len_max=t("seq_len_max"), x=t("x"), cs_prev=t("zeros_bh"), h_prev=t("zeros_bh"),
+    x, dy = t("x"), t("dy")
+    rest = dict(seq_len_max=t("seq_len_max"), cs_prev=t("zeros_bh"), h_prev=t("zeros_bh"),
                 w=t("w"), wci=t("zeros_h"), wcf=t("zeros_h"), wco=t("zeros_h"), b=t("b"))
-    dy = t("dy")
     fwd_op, grad_op = raw.BlockLSTMV2, raw.BlockLSTMGradV2
 
-    def forward(a):
-        return fwd_op(cell_clip=0.0, use_peephole=False, **a)
+    def forward(x):
+        return fwd_op(x=x, cell_clip=0.0, use_peephole=False, **rest)
 
-    def backward(a, out):
+    def backward(x, out):
         acts = dict(zip(("i", "cs", "f", "o", "ci", "co", "h"), out))
-        return grad_op(cs_grad=tf.zeros_like(dy), h_grad=dy, use_peephole=False, **a, **acts)
+        return grad_op(x=x, cs_grad=tf.zeros_like(dy), h_grad=dy, use_peephole=False, **rest,
+                       **acts)
 
-    fwd = _function(lambda a: _force([forward(a).h]))
+    fwd = _function(lambda x: _force([forward(x).h]))
     if inference:  # BlockLSTMV2 has no inference mode: it computes what a gradient needs anyway
-        return {INFERENCE_PHASE: lambda: fwd(args).numpy()}
-    bwd = _function(lambda a, out: _force(backward(a, out)))
-    both = _function(lambda a: _force(backward(a, forward(a))))
-    saved = tuple(forward(args))  # the saved activations bwd starts from (eager, untimed)
-    return {"fwd": lambda: fwd(args).numpy(),
-            "bwd": lambda: bwd(args, saved).numpy(),
-            "fwd+bwd": lambda: both(args).numpy()}
+        return {INFERENCE_PHASE: lambda: fwd(x).numpy()}
+    saved = tuple(forward(x))  # the saved activations bwd starts from (eager, untimed)
+    bwd = _function(lambda x: _force(backward(x, saved)))
+    both = _function(lambda x: _force(backward(x, forward(x))))
+    return {"fwd": lambda: fwd(x).numpy(),
+            "bwd": lambda: bwd(x).numpy(),
+            "fwd+bwd": lambda: both(x).numpy()}
 
 
 def build_ours_block(case):
@@ -166,14 +167,14 @@ def build_ours_tape(case):
                 wci=t("zeros_h"), wcf=t("zeros_h"), wco=t("zeros_h"))
 
     @_function
-    def step(x, w, b):
+    def step(x):
         with tf.GradientTape() as tape:
             tape.watch([x, w, b])
             h = tf_lstm_ops.raw.BlockLSTMV2(x=x, w=w, b=b, cell_clip=0.0, use_peephole=False,
                                             **rest).h
         return _force(tape.gradient(h, [x, w, b], output_gradients=dy))
 
-    return {"fwd+bwd": lambda: step(x, w, b).numpy()}
+    return {"fwd+bwd": lambda: step(x).numpy()}
 
 
 def _cell_loop(cell_op, case):
@@ -201,19 +202,18 @@ def _cell_loop_phases(cell_op, case, with_grad):
 
     t = case.tensor
     run = _cell_loop(cell_op, case)
-    args = (t("x"), t("w"), t("b"), t("zeros_bh"), t("zeros_bh"))
-    dy = t("dy")
-    fwd = _function(lambda *a: _force([run(*a)]))
-    phases = {"fwd": lambda: fwd(*args).numpy()}
+    x, w, b, zeros_bh, dy = t("x"), t("w"), t("b"), t("zeros_bh"), t("dy")
+    fwd = _function(lambda x: _force([run(x, w, b, zeros_bh, zeros_bh)]))
+    phases = {"fwd": lambda: fwd(x).numpy()}
     if with_grad:
         @_function
-        def both(x, w, b, cs0, h0):
+        def both(x):
             with tf.GradientTape() as tape:
                 tape.watch([x, w, b])
-                hs = run(x, w, b, cs0, h0)
+                hs = run(x, w, b, zeros_bh, zeros_bh)
             return _force(tape.gradient(hs, [x, w, b], output_gradients=dy))
 
-        phases["fwd+bwd"] = lambda: both(*args).numpy()
+        phases["fwd+bwd"] = lambda: both(x).numpy()
     return phases
 
 
@@ -236,29 +236,28 @@ def _ours_cudnn(case, is_training):
 
     t = case.tensor
     attrs = dict(rnn_mode=case.family, time_major=True)
-    args = dict(input=t("x"), input_h=t("zeros_1bh"), input_c=t("zeros_1bh"), params=t("params"),
-                sequence_lengths=t("lengths"))
-    dy, zeros = t("dy"), t("zeros_1bh")
+    x, dy, zeros = t("x"), t("dy"), t("zeros_1bh")
+    rest = dict(input_h=zeros, input_c=zeros, params=t("params"), sequence_lengths=t("lengths"))
     fwd_op, bwd_op = tf_lstm_ops.raw.CudnnRNNV3, tf_lstm_ops.raw.CudnnRNNBackpropV3
 
-    def forward(a):
-        return fwd_op(is_training=is_training, **attrs, **a)
+    def forward(x):
+        return fwd_op(input=x, is_training=is_training, **attrs, **rest)
 
-    def backward(a, out):
+    def backward(x, out):
         output, output_h, output_c, reserve_space, host_reserved = out
-        return bwd_op(output=output, output_h=output_h, output_c=output_c, output_backprop=dy,
-                      output_h_backprop=zeros, output_c_backprop=zeros,
-                      reserve_space=reserve_space, host_reserved=host_reserved, **attrs, **a)
+        return bwd_op(input=x, output=output, output_h=output_h, output_c=output_c,
+                      output_backprop=dy, output_h_backprop=zeros, output_c_backprop=zeros,
+                      reserve_space=reserve_space, host_reserved=host_reserved, **attrs, **rest)
 
-    fwd = _function(lambda a: _force([forward(a).output]))
+    fwd = _function(lambda x: _force([forward(x).output]))
     if not is_training:
-        return {INFERENCE_PHASE: lambda: fwd(args).numpy()}
-    bwd = _function(lambda a, out: _force(backward(a, out)))
-    both = _function(lambda a: _force(backward(a, forward(a))))
-    saved = tuple(forward(args))
-    return {"fwd": lambda: fwd(args).numpy(),
-            "bwd": lambda: bwd(args, saved).numpy(),
-            "fwd+bwd": lambda: both(args).numpy()}
+        return {INFERENCE_PHASE: lambda: fwd(x).numpy()}
+    saved = tuple(forward(x))
+    bwd = _function(lambda x: _force(backward(x, saved)))
+    both = _function(lambda x: _force(backward(x, forward(x))))
+    return {"fwd": lambda: fwd(x).numpy(),
+            "bwd": lambda: bwd(x).numpy(),
+            "fwd+bwd": lambda: both(x).numpy()}
 
 
 def build_ours_cudnn(case):
