@@ -432,7 +432,8 @@ bool ForwardWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims,
   // the fused element-wise pass of its units. A step's units need the whole previous h, hence
   // the phase order. Or split by batch rows (SplitLoop), one slice of all units.
   const LoopSplit split = SplitLoop(d, B, UnitSliceCount(H, d.numThreads()),
-                                    H * 4 * gemm::PaddedCols(H) * int64_t{sizeof(A)});
+                                    H * 4 * gemm::PaddedCols(H) * int64_t{sizeof(A)},
+                                    8.0 * L * B * H * H);
   const SlicePacking packing(UnitSlices(H, split.max_slices(d)), H, 4,
                              PackFor(B, L, /*transposed_source=*/false, kPackForwardMinSteps) ||
                                  UsesBf16Dot<T>());  // (the bf16 dot needs packing)
@@ -575,7 +576,8 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims,
   // Slice u's operand of the per-step dh product: its rows of Wh, as Whᵀ [G, n], packed once
   // (or read in place at batches of a few rows: PackFor). Or split by batch rows (SplitLoop).
   const LoopSplit split = SplitLoop(d, B, UnitSliceCount(H, d.numThreads()),
-                                    G * gemm::PaddedCols(H) * int64_t{sizeof(A)});
+                                    G * gemm::PaddedCols(H) * int64_t{sizeof(A)},
+                                    8.0 * L * B * H * H);
   const SlicePacking packing(UnitSlices(H, split.max_slices(d)), G, 1,
                              PackFor(B, L, /*transposed_source=*/true, kPackBackwardMinSteps));
   const std::vector<int64_t>& bounds = packing.bounds();

@@ -358,14 +358,22 @@ inline std::vector<int64_t> UnitSlices(int64_t width, int64_t max_slices) {
 // vs 6.79, and through the ops fwd+bwd 10-12 % faster; at H = 384, 2.4 MiB, 8.08 vs 8.68 and
 // 16.3 vs 17.0; at (100, 64, 512, 512), 4 MiB, equal in the engine and 5 % faster through the
 // ops; at H = 1024, 16 MiB, 11.7 vs 9.5: slower.) Units otherwise.
+// Not split at all where the loop's recurrent products total under kMinTeamLoopFlop: there a
+// helper's hand-off and the per-step joins cost more than its half of the work saves (a
+// streaming step, (1, 1, 256, 256): 42 us forward on one thread, 49 on two with the pool's
+// threads spinning; through a tf.function, whose pool threads sleep between calls, 20 us a call).
 struct LoopSplit {
   static constexpr int64_t kMinLoopRows = 8, kStreamLoopRows = 16;
+  static constexpr double kMinTeamLoopFlop = 1.5e6;
   int64_t row_blocks = 1;  // > 1: by batch rows, in RunInShards' blocks
   int64_t batch = 0;
+  bool small = false;      // too little work to share: one slice (of each direction)
 
   bool by_rows() const { return row_blocks > 1; }
-  // The unit slices' count (for UnitSlices): one when split by rows.
-  int64_t max_slices(const CPUDevice& d) const { return by_rows() ? 1 : d.numThreads(); }
+  // The unit slices' count (for UnitSlices) where a direction may use `share` threads: one when
+  // split by rows or small.
+  int64_t slices_of(int64_t share) const { return by_rows() || small ? 1 : share; }
+  int64_t max_slices(const CPUDevice& d) const { return slices_of(d.numThreads()); }
 };
 
 // The L2 cache of one core, in bytes, as Linux describes CPU 0's caches in sysfs (1 MiB where it
@@ -388,10 +396,15 @@ inline int64_t CoreL2Bytes() {
   return bytes;
 }
 
+// (loop_flop: the FLOP of all the loop's recurrent products, every step and direction)
 inline LoopSplit SplitLoop(const CPUDevice& d, int64_t batch, int64_t unit_team,
-                           int64_t weight_bytes) {
+                           int64_t weight_bytes, double loop_flop) {
   LoopSplit split;
   split.batch = batch;
+  if (loop_flop < LoopSplit::kMinTeamLoopFlop) {
+    split.small = true;
+    return split;
+  }
   const int64_t blocks = std::min<int64_t>(d.numThreads(), batch / LoopSplit::kMinLoopRows);
   if (blocks <= 1 || blocks < unit_team) return split;
   const int64_t l2 = CoreL2Bytes();

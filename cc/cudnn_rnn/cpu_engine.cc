@@ -134,8 +134,9 @@ struct TeamPlan {
   // candidate's reads r ⊙ h): the forward multiplies gate by gate, and the backward packs each
   // gate's H rows of R apart (per_gate), each slice's gates one after the other. Such a GRU
   // takes two phases a step, as a projection does.
-  // Split by batch rows (SplitLoop) where a step is one phase of whole rows: not with a
-  // projection, recurrent masks or a GRU resetting before (their operands span all rows).
+  // Split by batch rows, or into one slice where the loop is too small to share (SplitLoop),
+  // where a step is one phase of whole rows: not with a projection, recurrent masks or a GRU
+  // resetting before (their operands span all rows).
   LoopSplit split;
   SlicePacking fwd, bwd;  // their bounds(): the slices over H and over Hr
   bool per_gate;
@@ -145,7 +146,7 @@ struct TeamPlan {
   // (value_bytes: the compute type's size)
   TeamPlan(const CPUDevice& d, const RnnModel& m, const RnnRun& run, int64_t value_bytes)
       : split(Split(d, m, run, value_bytes)),
-        fwd(UnitSlices(m.num_units, split.by_rows() ? 1 : Share(d, m)), m.output_width(),
+        fwd(UnitSlices(m.num_units, split.slices_of(Share(d, m))), m.output_width(),
             m.gates(),
             PackFor(run.batch, run.time, /*transposed_source=*/!run.keras.given(),
                     kPackForwardMinSteps)),
@@ -212,7 +213,8 @@ struct TeamPlan {
         m.num_dirs * m.output_width() * m.gates() * gemm::PaddedCols(m.num_units) * value_bytes;
     const int64_t unit_team =
         std::min<int64_t>(d.numThreads(), m.num_dirs * UnitSliceCount(m.num_units, Share(d, m)));
-    return SplitLoop(d, run.batch, unit_team, weight_bytes);
+    return SplitLoop(d, run.batch, unit_team, weight_bytes,
+                     2.0 * m.num_dirs * run.time * run.batch * m.output_width() * m.gate_width());
   }
   int64_t GateRows(const RnnModel& m) const { return per_gate ? m.num_units : 0; }
   static int64_t Share(const CPUDevice& d, const RnnModel& m) {
