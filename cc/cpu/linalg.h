@@ -11,6 +11,7 @@
 #include <functional>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -396,12 +397,23 @@ inline int64_t CoreL2Bytes() {
   return bytes;
 }
 
+// Test-only switch (tests/test_cpu_time_loop_slices.py): TF_LSTM_OPS_SHARE_SMALL_LOOPS=1 shares
+// every time loop however small, so that the tests' small shapes run the multi-slice and
+// row-split paths.
+inline bool ShareSmallLoops() {
+  static const bool share = [] {
+    const char* value = std::getenv("TF_LSTM_OPS_SHARE_SMALL_LOOPS");
+    return value != nullptr && std::strcmp(value, "1") == 0;
+  }();
+  return share;
+}
+
 // (loop_flop: the FLOP of all the loop's recurrent products, every step and direction)
 inline LoopSplit SplitLoop(const CPUDevice& d, int64_t batch, int64_t unit_team,
                            int64_t weight_bytes, double loop_flop) {
   LoopSplit split;
   split.batch = batch;
-  if (loop_flop < LoopSplit::kMinTeamLoopFlop) {
+  if (loop_flop < LoopSplit::kMinTeamLoopFlop && !ShareSmallLoops()) {
     split.small = true;
     return split;
   }
