@@ -54,8 +54,9 @@ if HAVE_OURS_KERAS:
         for _key in ("ours_keras", "ours_keras_mask", "ours_keras_fallback"):
             EXPECTED[_family][_key] = ("fwd", "fwd+bwd")
 # --inference: the contenders with a row here (torch is blocked; TFLite converts our layer's model)
-EXPECTED_INFERENCE = {"lstm": {"ours_block_inf", "ours_cudnn_inf", "keras_inf"},
-                      "gru": {"ours_cudnn_inf", "keras_inf"}}
+EXPECTED_INFERENCE = {"lstm": {"ours_block_inf", "ours_cudnn_inf", "ours_cudnn_eager_inf",
+                               "keras_inf"},
+                      "gru": {"ours_cudnn_inf", "ours_cudnn_eager_inf", "keras_inf"}}
 for _family in EXPECTED_INFERENCE:
     EXPECTED_INFERENCE[_family] |= {"ours_keras_inf"} if HAVE_OURS_KERAS else set()
     EXPECTED_INFERENCE[_family] |= {"tflite_inf"} if HAVE_OURS_KERAS and HAVE_TFLITE else set()

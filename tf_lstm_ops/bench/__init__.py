@@ -23,7 +23,9 @@ For every case (family x dtype x shape (T, B, I, H)) each contender times some o
            CudnnRNNV3 and the Keras layers, ours and Keras'. Counted as two fwd+bwd steps in
            GFLOP/s.
   inf      (--inference, or the *_inf contenders by name) the forward of inference
-           (training=False) alone: BlockLSTMV2 (LSTM), CudnnRNNV3(is_training=False), our Keras
+           (training=False) alone: BlockLSTMV2 (LSTM), CudnnRNNV3(is_training=False) in a
+           tf.function and called eagerly (no tf.function: the op runs on the calling thread,
+           without TF's executor and its thread pools, as a streaming loop may call it), our Keras
            layer and Keras' in a model with the same weights (model(x, training=False) in a
            tf.function), TFLite's interpreter on our model exported with to_stock_keras and
            converted for the fixed [B, T, I] (set_tensor + invoke + get_tensor; float32 only; an

@@ -229,9 +229,10 @@ def build_tf_cell_loop(case):
     return _cell_loop_phases(tf.raw_ops.LSTMBlockCell, case, with_grad=False)
 
 
-def _ours_cudnn(case, is_training):
+def _ours_cudnn(case, is_training, eager=False):
     """Our CudnnRNNV3 (+ CudnnRNNBackpropV3); is_training=False: the forward alone, as the
-    inference phase (no reserve space kept for a backward)."""
+    inference phase (no reserve space kept for a backward), in a tf.function or, with eager,
+    called eagerly: the op runs on the calling thread, without TF's executor and its threads."""
     import tf_lstm_ops
 
     t = case.tensor
@@ -249,6 +250,8 @@ def _ours_cudnn(case, is_training):
                       output_backprop=dy, output_h_backprop=zeros, output_c_backprop=zeros,
                       reserve_space=reserve_space, host_reserved=host_reserved, **attrs, **rest)
 
+    if eager:
+        return {INFERENCE_PHASE: lambda: forward(x).output[0, 0, 0].numpy()}
     fwd = _function(lambda x: _force([forward(x).output]))
     if not is_training:
         return {INFERENCE_PHASE: lambda: fwd(x).numpy()}
@@ -266,6 +269,10 @@ def build_ours_cudnn(case):
 
 def build_ours_cudnn_inf(case):
     return _ours_cudnn(case, is_training=False)
+
+
+def build_ours_cudnn_eager_inf(case):
+    return _ours_cudnn(case, is_training=False, eager=True)
 
 
 def pre_padded_mask(batch, steps):
@@ -852,12 +859,15 @@ def _hvp_contenders(family, op_name, layer_name):
 
 def _inference_contenders(family, op_name, layer_name):
     """The --inference contenders of a family, each timing the forward with training=False:
-    CudnnRNNV3 (is_training=False), our layer and Keras' in a model with the same weights, TFLite
-    on our model's stock export, torch under inference_mode."""
+    CudnnRNNV3 (is_training=False) in a tf.function and called eagerly, our layer and Keras' in a
+    model with the same weights, TFLite on our model's stock export, torch under
+    inference_mode."""
     inf = (INFERENCE_PHASE,)
     return (
         Contender("ours_cudnn_inf", family, op_name + " inference", inf, build_ours_cudnn_inf,
                   ours=True, opt_in=True),
+        Contender("ours_cudnn_eager_inf", family, op_name + " inference, eager", inf,
+                  build_ours_cudnn_eager_inf, ours=True, opt_in=True),
         Contender("ours_keras_inf", family, "ours keras.%s inference" % layer_name, inf,
                   build_ours_keras_inf, ours=True, needs="ours_keras", opt_in=True),
         Contender("keras_inf", family, "keras.layers.%s inference" % layer_name, inf,
@@ -941,8 +951,8 @@ CONTENDERS = (
 HVP_CONTENDERS = ("ours_block", "ours_cudnn", "ours_keras", "ours_block_hvp", "ours_cudnn_hvp",
                   "ours_keras_hvp", "keras_hvp")
 # What --inference runs, and its baseline: how the alternatives compare with our layer.
-INFERENCE_CONTENDERS = ("ours_block_inf", "ours_cudnn_inf", "ours_keras_inf", "keras_inf",
-                        "tflite_inf", "torch_inf")
+INFERENCE_CONTENDERS = ("ours_block_inf", "ours_cudnn_inf", "ours_cudnn_eager_inf",
+                        "ours_keras_inf", "keras_inf", "tflite_inf", "torch_inf")
 INFERENCE_BASELINE = "ours_keras_inf"
 # What --configs runs: Keras' configurations beyond the defaults that our layers fuse, ours and
 # Keras', beside our default-configuration layer (the baseline).
