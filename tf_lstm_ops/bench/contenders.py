@@ -866,7 +866,7 @@ def _inference_contenders(family, op_name, layer_name):
     return (
         Contender("ours_cudnn_inf", family, op_name + " inference", inf, build_ours_cudnn_inf,
                   ours=True, opt_in=True),
-        Contender("ours_cudnn_eager_inf", family, op_name + " inference, eager", inf,
+        Contender("ours_cudnn_eager_inf", family, op_name + " eager", inf,
                   build_ours_cudnn_eager_inf, ours=True, opt_in=True),
         Contender("ours_keras_inf", family, "ours keras.%s inference" % layer_name, inf,
                   build_ours_keras_inf, ours=True, needs="ours_keras", opt_in=True),
