@@ -404,6 +404,15 @@ int64_t StepsPerChunk(int64_t batch, int64_t steps) {
   return std::max<int64_t>(1, std::min(steps, kChunkRows / std::max<int64_t>(1, batch)));
 }
 
+// How a forward or backward time loop of L steps shares its team (SplitLoop): each step
+// multiplies by all of Wh (h·Wh forward, dgates·Whᵀ backward), 4H x H packed as 4H x
+// PaddedCols(H), 8·B·H² FLOP.
+template <typename A>
+LoopSplit SplitTimeLoop(const CPUDevice& d, int64_t B, int64_t H, int64_t L) {
+  return SplitLoop(d, B, UnitSliceCount(H, d.numThreads()),
+                   4 * H * gemm::PaddedCols(H) * int64_t{sizeof(A)}, 8.0 * L * B * H * H);
+}
+
 // Each engine call below is one walk over its code with a Scratch: counting for the size query
 // (then it returns before computing anything), carving for the run. False: out of scratch.
 
@@ -431,9 +440,7 @@ bool ForwardWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims,
   // columns of Wh (packed once unless B is a few rows, kept hot in one core's cache) and runs
   // the fused element-wise pass of its units. A step's units need the whole previous h, hence
   // the phase order. Or split by batch rows (SplitLoop), one slice of all units.
-  const LoopSplit split = SplitLoop(d, B, UnitSliceCount(H, d.numThreads()),
-                                    H * 4 * gemm::PaddedCols(H) * int64_t{sizeof(A)},
-                                    8.0 * L * B * H * H);
+  const LoopSplit split = SplitTimeLoop<A>(d, B, H, L);
   const SlicePacking packing(UnitSlices(H, split.max_slices(d)), H, 4,
                              PackFor(B, L, /*transposed_source=*/false, kPackForwardMinSteps) ||
                                  UsesBf16Dot<T>());  // (the bf16 dot needs packing)
@@ -575,9 +582,7 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const LstmDims& dims,
   };
   // Slice u's operand of the per-step dh product: its rows of Wh, as Whᵀ [G, n], packed once
   // (or read in place at batches of a few rows: PackFor). Or split by batch rows (SplitLoop).
-  const LoopSplit split = SplitLoop(d, B, UnitSliceCount(H, d.numThreads()),
-                                    G * gemm::PaddedCols(H) * int64_t{sizeof(A)},
-                                    8.0 * L * B * H * H);
+  const LoopSplit split = SplitTimeLoop<A>(d, B, H, L);
   const SlicePacking packing(UnitSlices(H, split.max_slices(d)), G, 1,
                              PackFor(B, L, /*transposed_source=*/true, kPackBackwardMinSteps));
   const std::vector<int64_t>& bounds = packing.bounds();

@@ -109,6 +109,21 @@ def keras_dtype(name):
     return {"half": "float16"}.get(name, name)
 
 
+def _op_phases(forward, backward, x, result, inference=False):
+    """The phases of a forward op and its gradient op, each a tf.function of x: fwd (reading
+    result(outputs)), bwd (from the forward's outputs, computed once eagerly, untimed) and fwd+bwd;
+    with inference, the forward alone as the inference phase."""
+    fwd = _function(lambda x: _force([result(forward(x))]))
+    if inference:
+        return {INFERENCE_PHASE: lambda: fwd(x).numpy()}
+    saved = tuple(forward(x))
+    bwd = _function(lambda x: _force(backward(x, saved)))
+    both = _function(lambda x: _force(backward(x, forward(x))))
+    return {"fwd": lambda: fwd(x).numpy(),
+            "bwd": lambda: bwd(x).numpy(),
+            "fwd+bwd": lambda: both(x).numpy()}
+
+
 def _block_lstm(raw, case, inference=False):
     """BlockLSTMV2 + BlockLSTMGradV2 of `raw` (tf_lstm_ops.raw or tf.raw_ops); with inference,
     the forward alone as the inference phase."""
@@ -128,15 +143,8 @@ def _block_lstm(raw, case, inference=False):
         return grad_op(x=x, cs_grad=tf.zeros_like(dy), h_grad=dy, use_peephole=False, **rest,
                        **acts)
 
-    fwd = _function(lambda x: _force([forward(x).h]))
-    if inference:  # BlockLSTMV2 has no inference mode: it computes what a gradient needs anyway
-        return {INFERENCE_PHASE: lambda: fwd(x).numpy()}
-    saved = tuple(forward(x))  # the saved activations bwd starts from (eager, untimed)
-    bwd = _function(lambda x: _force(backward(x, saved)))
-    both = _function(lambda x: _force(backward(x, forward(x))))
-    return {"fwd": lambda: fwd(x).numpy(),
-            "bwd": lambda: bwd(x).numpy(),
-            "fwd+bwd": lambda: both(x).numpy()}
+    # (BlockLSTMV2 has no inference mode: it computes what a gradient needs anyway)
+    return _op_phases(forward, backward, x, lambda out: out.h, inference)
 
 
 def build_ours_block(case):
@@ -252,15 +260,7 @@ def _ours_cudnn(case, is_training, eager=False):
 
     if eager:
         return {INFERENCE_PHASE: lambda: forward(x).output[0, 0, 0].numpy()}
-    fwd = _function(lambda x: _force([forward(x).output]))
-    if not is_training:
-        return {INFERENCE_PHASE: lambda: fwd(x).numpy()}
-    saved = tuple(forward(x))
-    bwd = _function(lambda x: _force(backward(x, saved)))
-    both = _function(lambda x: _force(backward(x, forward(x))))
-    return {"fwd": lambda: fwd(x).numpy(),
-            "bwd": lambda: bwd(x).numpy(),
-            "fwd+bwd": lambda: both(x).numpy()}
+    return _op_phases(forward, backward, x, lambda out: out.output, not is_training)
 
 
 def build_ours_cudnn(case):
