@@ -180,14 +180,15 @@ def keras_params_cases(rng):
 
 def keras_rnn_cases(rng, batches=((1, "float64"), (3, "float32"), (5, "float32"), (20, "float32")),
                     T=6):
-    """KerasRNN and KerasRNNBackprop, which read Keras' weights in place (LSTM, SimpleRNN: the
-    unpacked products of B <= 3 rows and packing from the transposed layout, per ISA build) or
-    convert them (GRU), against CudnnRNNV3Keras and its Backprop on the converted weights (checked
-    against the reference above)."""
+    """KerasRNN and KerasRNNBackprop, which read Keras' weights in place (the unpacked products
+    of B <= 3 rows and packing from the transposed layout, per ISA build; the GRU's gates in
+    Keras' order, resetting after and before), against CudnnRNNV3Keras and its Backprop on the
+    converted weights (checked against the reference above)."""
     from tf_lstm_ops._loader import library
 
     op = library.op
-    for mode, H, bias_rows in (("lstm", 48, 1), ("rnn_tanh", 70, 1), ("gru", 37, 2)):
+    for mode, H, bias_rows, reset_after in (("lstm", 48, 1, True), ("rnn_tanh", 70, 1, True),
+                                            ("gru", 37, 2, True), ("gru", 40, 1, False)):
         G = R.GATES[mode] * H
         for B, dtype in batches:
             I = 24
@@ -201,11 +202,12 @@ def keras_rnn_cases(rng, batches=((1, "float64"), (3, "float32"), (5, "float32")
             kw = dict(input=x, input_h=h, input_c=c if mode == "lstm" else t(np.zeros(())),
                       sequence_lengths=tf.constant(rng.integers(0, T + 1, B), tf.int32),
                       input_masks=none, recurrent_masks=none, zoneout_h_weights=none,
-                      zoneout_c_weights=none, rnn_mode=mode, time_major=False)
+                      zoneout_c_weights=none, rnn_mode=mode, time_major=False,
+                      reset_after=reset_after)
             params = op("KerasToCudnnParams")(**weights, rnn_mode=mode)
             got = op("KerasRNN")(**kw, **weights)
             want = op("CudnnRNNV3Keras")(**kw, params=params)
-            what = "KerasRNN %s H=%d B=%d %s" % (mode, H, B, dtype)
+            what = "KerasRNN %s H=%d B=%d %s reset_after=%s" % (mode, H, B, dtype, reset_after)
             for k in ("output", "output_h", "output_c"):
                 close(k, R.to_np(getattr(got, k)), R.to_np(getattr(want, k)), TOL[dtype], what)
             cot = {k: t(rng.uniform(-1, 1, getattr(got, k).shape))

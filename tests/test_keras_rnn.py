@@ -17,7 +17,7 @@ GATES = R.GATES
 
 def make_case(rng, mode, B, I=3, H=4, T=5, bias_rows=1, time_major=False, lengths=False,
               masks=False, zoneout=False, activation="", recurrent_activation="",
-              dtype="float64"):
+              reset_after=True, dtype="float64"):
     """KerasRNN's arguments as tensors, and its attributes."""
     G = GATES[mode] * H
     lstm = mode == "lstm"
@@ -44,7 +44,7 @@ def make_case(rng, mode, B, I=3, H=4, T=5, bias_rows=1, time_major=False, length
         zoneout_c_weights=t(rng.integers(0, 2, zone_shape)) if zoneout and lstm else empty,
     )
     attrs = dict(rnn_mode=mode, time_major=time_major, activation=activation,
-                 recurrent_activation=recurrent_activation)
+                 recurrent_activation=recurrent_activation, reset_after=reset_after)
     return args, attrs
 
 
@@ -109,6 +109,14 @@ CASES = [
     dict(mode="gru", B=2, masks=True, zoneout=True, bias_rows=2, activation="softsign"),
     dict(mode="lstm", B=1, I=0, H=4),  # zero-width input
     dict(mode="lstm", B=20, I=33, H=40, T=3),  # partial tiles, several unit slices
+    # The GRU's gates are in Keras' order z, r, h where it reads Keras' weights (cuDNN's: r, z,
+    # h): every path that names a gate, with Keras' masks per gate and resetting before.
+    dict(mode="gru", B=3, masks=True, lengths=True, reset_after=False),
+    dict(mode="gru", B=9, I=5, H=24, T=6, bias_rows=2, time_major=True, lengths=True,
+         reset_after=False, zoneout=True),
+    dict(mode="gru", B=20, I=33, H=40, T=3, bias_rows=2),
+    dict(mode="gru", B=16, I=8, H=20, masks=True, activation="relu",
+         recurrent_activation="hard_sigmoid"),
 ]
 
 
@@ -140,7 +148,7 @@ def test_16_bit_storage(rng, mode, dtype):
 
 
 @pytest.mark.parametrize("is_training", [True, False])
-@pytest.mark.parametrize("case", [CASES[k] for k in (0, 5, 10, 14, 16, 17, 18, 20, 21)],
+@pytest.mark.parametrize("case", [CASES[k] for k in (0, 5, 10, 14, 16, 17, 18, 20, 21, 22, 25)],
                          ids=case_id)
 def test_gradients_to_second_order_equal_the_converted_run(rng, case, is_training):
     args, attrs = make_case(rng, dtype="float64", **case)
@@ -201,8 +209,8 @@ def test_bad_weights_name_the_argument(rng, mode, changes, message):
         run(args)
 
 
-def test_bad_weights_of_the_converted_path_name_the_argument(rng):
-    # The GRU (converted inside the kernel) checks its weights the same way.
+def test_bad_gru_weights_name_the_argument(rng):
+    # The GRU (three gates, in Keras' order) checks its weights the same way.
     args, attrs = bad(rng, "gru", recurrent_kernel=np.zeros([4, 16]))
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"recurrent_kernel.*\[4,16\]"):
         keras_rnn(args, attrs)
@@ -237,7 +245,7 @@ def backprop_args(args, attrs, out, rng):
 @pytest.mark.parametrize("case", CASES, ids=case_id)
 def test_backprop_equals_cudnn_backprop_on_the_converted_weights(rng, case, dtype):
     # KerasRNNBackprop reads the weights in place and writes their gradients in Keras' layout
-    # (the GRU: converted inside); the reference is CudnnRNNBackpropV3Keras on the params and
+    # (the GRU's gates in Keras' order); the reference is CudnnRNNBackpropV3Keras on the params and
     # CudnnParamsToKeras of its params gradient.
     args, attrs = make_case(rng, dtype=dtype, **case)
     bargs = backprop_args(args, attrs, keras_rnn(args, attrs), rng)

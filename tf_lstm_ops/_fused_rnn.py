@@ -70,7 +70,7 @@ def mask_lengths(mask, batch, steps):
 
 def keras_weights(kernel, recurrent_kernel, bias):
     """A Keras RNN layer's weights as KerasRNN takes them (docs/cudnn_rnn.md §6.6), which its CPU
-    kernel reads in place (no copy per call, §6.5's conversion only for the GRU and on the GPU):
+    kernel reads in place (no copy per call; §6.5's conversion only on the GPU):
     kernel [I, G*H], recurrent_kernel [H, G*H]; bias [G*H] (LSTM, SimpleRNN: b_R, with b_W = 0),
     [2, G*H] (GRU with reset_after: b_W, b_R) or None (no bias: zeros)."""
     if bias is None:

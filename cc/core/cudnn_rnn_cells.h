@@ -102,13 +102,25 @@ TF_LSTM_HOST_DEVICE inline void StoreLstmGateGradients(const CellGradients<A>& g
   gx[2 * H + j] = g.d_c;
   gx[3 * H + j] = g.d_o;
 }
+// Where the GRU's gates r and u start in such a row: cuDNN's order r, u, h puts them at 0 and H;
+// Keras' z (= u), r, h at H and 0, where the CPU engine reads Keras' weights in place
+// (PseudoLayer::gate_block). The candidate's block is the third in both.
+struct GruGateStarts {
+  int64_t r, u;
+};
+template <typename A>
+TF_LSTM_HOST_DEVICE inline void StoreGruGateGradients(const GruGradients<A>& g, int64_t H,
+                                                      GruGateStarts at, int64_t j, A* gx,
+                                                      A* gh) {
+  gx[at.r + j] = gh[at.r + j] = g.d_r;
+  gx[at.u + j] = gh[at.u + j] = g.d_u;
+  gx[2 * H + j] = g.d_xc;
+  gh[2 * H + j] = g.d_hc;
+}
 template <typename A>
 TF_LSTM_HOST_DEVICE inline void StoreGruGateGradients(const GruGradients<A>& g, int64_t H,
                                                       int64_t j, A* gx, A* gh) {
-  gx[j] = gh[j] = g.d_r;
-  gx[H + j] = gh[H + j] = g.d_u;
-  gx[2 * H + j] = g.d_xc;
-  gh[2 * H + j] = g.d_hc;
+  StoreGruGateGradients(g, H, GruGateStarts{0, H}, j, gx, gh);
 }
 
 // ---- Cells with Keras' activations (docs/cudnn_rnn.md §4.7) ------------------------------------

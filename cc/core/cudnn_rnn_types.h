@@ -66,11 +66,9 @@ inline bool RnnTakesMasks(const RnnModel& m) {
   return m.num_layers == 1 && m.num_dirs == 1 && !m.skip_input && !m.has_proj();
 }
 
-// Models whose CPU forward reads Keras' weights in place (RnnRun::keras): a Keras layer's, in a
-// mode whose gate order is cuDNN's (every mode but GRU: Keras orders its gates z, r, h).
-inline bool KerasWeightsInPlace(const RnnModel& m) {
-  return RnnTakesMasks(m) && m.mode != RnnMode::kGru;
-}
+// Models whose CPU forward reads Keras' weights in place (RnnRun::keras): a Keras layer's (the
+// GRU's gates in Keras' order: PseudoLayer::gate_block).
+inline bool KerasWeightsInPlace(const RnnModel& m) { return RnnTakesMasks(m); }
 
 // Zoneout's carried state from the new one and the previous one: keep-new weight w 1 gives the
 // new value exactly, 0 the previous one. Its backward: w·ds to the new state, (1 - w)·ds to the
@@ -337,7 +335,15 @@ struct PseudoLayer {
     bias_w = b_w;
     bias_r = b_r;
     keras_layout = true;
+    keras_gru_order = m.mode == RnnMode::kGru;
   }
+  // Which of the G blocks of H gate units holds gate g (cuDNN's order) in the weights, their
+  // gradients, the biases and every gate buffer of a run: block g, but for Keras' GRU weights
+  // read in place, which order their blocks z, r, h (cuDNN: r, u = z, h), so that r and u trade
+  // places and every whole-matrix product keeps Keras' layout. The map is its own inverse: it
+  // also gives the gate held by block g (the one whose operand mask block g's product reads).
+  int gate_block(int g) const { return keras_gru_order && g < 2 ? 1 - g : g; }
+  bool keras_gru_order = false;
   // Strides of R [G*H, Hr] (params' layout: row-major; Keras': recurrent_kernel is Rᵀ) along
   // its gate-unit axis and along its state axis.
   int64_t r_gate_unit_stride() const { return keras_layout ? 1 : m.output_width(); }

@@ -99,8 +99,9 @@ void InputProjection(const CPUDevice& d, const PseudoLayer<A>& pl, int64_t T, in
   const int64_t G = pl.m.gate_width(), H = pl.m.num_units, I = pl.in_width, rows = T * B;
   const bool keras = pl.keras_layout;
   if (masks.input != nullptr) {
-    for (int g = 0; g < pl.m.gates(); ++g) {
-      MaskOperand(d, rows * I, B * I, x, masks.input + g * B * I, false, masks.operand);
+    for (int g = 0; g < pl.m.gates(); ++g) {  // block g, from its gate's mask
+      MaskOperand(d, rows * I, B * I, x, masks.input + pl.gate_block(g) * B * I, false,
+                  masks.operand);
       Gemm(d, false, !keras, rows, H, I, masks.operand, I, pl.w + g * pl.w_gate_offset(),
            pl.ldw(), false, xw + g * H, G);
     }
@@ -222,6 +223,12 @@ struct TeamPlan {
   }
 };
 
+// Where r and u start in pl's rows of gate values (PseudoLayer::gate_block).
+template <typename A>
+GruGateStarts GruStarts(const PseudoLayer<A>& pl) {
+  return {pl.gate_block(0) * pl.m.num_units, pl.gate_block(1) * pl.m.num_units};
+}
+
 // ---- cells with Keras' activations (docs/cudnn_rnn.md §4.7) ----------------------------------
 // (Row loops and buffers: cc/cpu/rows.h; RowScratch number 0 holds the element-wise pass's rows,
 // 1 a masked operand, 2 a gate's product.)
@@ -279,9 +286,10 @@ void ForwardRowAny(const RnnModel& m, int64_t n, XSide x_side, HSide h_side, con
 // dh is dL/dm for LSTM, else dL/dh; with zoneout dL/dh and dL/dc of the zoned states. c_row is
 // the carried c; zoned, the cell's un-zoned one is recomputed from the saved gates.
 template <typename A, typename Math>
-void BackwardRowAny(const RnnModel& m, int64_t n, const A* saved, const A* c_row,
-                    const A* c_in, const A* h_in, const A* dh, A* dc, A* gx, A* gh, A* direct,
-                    A* m_row, const ZoneoutView<A>& zh, const ZoneoutView<A>& zc) {
+void BackwardRowAny(const RnnModel& m, GruGateStarts gru_at, int64_t n, const A* saved,
+                    const A* c_row, const A* c_in, const A* h_in, const A* dh, A* dc, A* gx,
+                    A* gh, A* direct, A* m_row, const ZoneoutView<A>& zh,
+                    const ZoneoutView<A>& zc) {
   const int64_t H = m.num_units;
   const RnnActivation act = m.activation, rec = m.recurrent_activation;
   // gate values [G][n], slopes [G][n], act(c), its slope, the un-zoned c
@@ -319,7 +327,7 @@ void BackwardRowAny(const RnnModel& m, int64_t n, const A* saved, const A* c_row
       const GruGradients<A> g =
           GruAnyBackward(v[j], v[n + j], v[2 * n + j], s[j], s[n + j], s[2 * n + j],
                          saved[3 * H + j], h_in[j], zh.ToNew(j, dh[j]));
-      StoreGruGateGradients(g, H, j, gx, gh);
+      StoreGruGateGradients(g, H, gru_at, j, gx, gh);
       direct[j] = g.h_prev_direct + zh.ToPrevious(j, dh[j]);
     }
   } else {
@@ -334,8 +342,9 @@ void BackwardRowAny(const RnnModel& m, int64_t n, const A* saved, const A* c_row
 // The backward of a GRU resetting before, for one row's n units from the saved pre-activations
 // (first phase: all but r's gate gradient, which needs every unit's candidate gradient).
 template <typename A, typename Math>
-void BackwardRowResetCandidate(const RnnModel& m, int64_t n, const A* saved, const A* h_in,
-                               const A* dh, A* gx, A* gh, A* direct, const ZoneoutView<A>& zh) {
+void BackwardRowResetCandidate(const RnnModel& m, GruGateStarts gru_at, int64_t n,
+                               const A* saved, const A* h_in, const A* dh, A* gx, A* gh,
+                               A* direct, const ZoneoutView<A>& zh) {
   const int64_t H = m.num_units;
   A* v = RowScratch<A>(4 * n);  // u, the candidate, their slopes
   ValueAndSlopeRow<A, Math>(m.recurrent_activation, saved + H, v, v + 2 * n, n);
@@ -343,7 +352,7 @@ void BackwardRowResetCandidate(const RnnModel& m, int64_t n, const A* saved, con
   for (int64_t j = 0; j < n; ++j) {
     const GruGradients<A> g = GruResetCandidateBackward(v[j], v[n + j], v[2 * n + j],
                                                         v[3 * n + j], h_in[j], zh.ToNew(j, dh[j]));
-    StoreGruGateGradients(g, H, j, gx, gh);
+    StoreGruGateGradients(g, H, gru_at, j, gx, gh);
     direct[j] = g.h_prev_direct + zh.ToPrevious(j, dh[j]);
   }
 }
@@ -390,12 +399,16 @@ void ForwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vector
     plan.ForwardProduct(pl, u, b1 - b0, h_prev + b0 * Hr, r_packed, rec_u + b0 * row, row);
   } else {  // (every unit masks all of h: B·Hr products per gate, against the GEMM's B·Hr·2n)
     A* h_masked = RowScratch<A, 1>(B * Hr);
-    for (int g = 0; g < m.gates(); ++g) {
-      MaskOperand<A>(0, B * Hr, B * Hr, h_prev, h_masks + g * B * Hr, false, h_masked);
+    for (int g = 0; g < m.gates(); ++g) {  // block g, from its gate's mask
+      MaskOperand<A>(0, B * Hr, B * Hr, h_prev, h_masks + pl.gate_block(g) * B * Hr, false,
+                     h_masked);
       plan.ForwardGateProduct(pl, u, g, B, h_masked, r_packed, rec_u, row);
     }
   }
   const bool relu = m.mode == RnnMode::kRnnRelu;
+  // Gate g's block (PseudoLayer::gate_block), as loop-invariant values.
+  const int r_block = pl.gate_block(0), u_block = pl.gate_block(1);
+  auto block = [=](int g) { return g == 0 ? r_block : g == 1 ? u_block : g; };
   Elementwise([&] {
     for (int64_t b = b0; b < b1; ++b) {
       if (t >= len[b]) {  // past this sequence's end: hold the state
@@ -409,15 +422,19 @@ void ForwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vector
         }
         continue;
       }
-      // Pre-activation halves of gate g at unit j0 + j: input side (W·x + b_W), recurrent side
-      // (R·h + b_R). One loop per mode, without branches, so that each vectorises.
+      // Pre-activation halves of gate g (cuDNN's order) at unit j0 + j: input side (W·x + b_W),
+      // recurrent side (R·h + b_R). One loop per mode, without branches, so that each vectorises.
       // (__restrict: these buffers never overlap; GCC then needs no alias checks.)
       const A* __restrict gx = xw + (t * B + b) * G + j0;
       const A* __restrict gh = rec_u + b * row;
       const A* __restrict bw = pl.bias_w + j0;
       const A* __restrict br = pl.bias_r + j0;
-      auto x_side = [=](int g, int64_t j) { return gx[g * H + j] + bw[g * H + j]; };
-      auto h_side = [=](int g, int64_t j) { return gh[g * gn + j] + br[g * H + j]; };
+      auto x_side = [=](int g, int64_t j) {
+        return gx[block(g) * H + j] + bw[block(g) * H + j];
+      };
+      auto h_side = [=](int g, int64_t j) {
+        return gh[block(g) * gn + j] + br[block(g) * H + j];
+      };
       // Saved gates (kSave) only where a backward will read them: each loop twice, without a
       // branch inside.
       A* const saved_row =
@@ -503,11 +520,12 @@ void ForwardResetGates(const PseudoLayer<A>& pl, const RnnRun& run,
   const int64_t j0 = s.j0, n = s.n, gn = s.gn, t = s.t;
   const A* h_prev = s.h_prev;
   if (n == 0) return;
-  for (int g = 0; g < 2; ++g) {  // r and u (the candidate's product waits for r ⊙ h)
+  for (int g = 0; g < 2; ++g) {  // r's and u's blocks (the candidate's waits for r ⊙ h)
     const A* operand = h_prev;
     if (h_masks != nullptr) {
       A* masked = RowScratch<A, 1>(B * H);
-      MaskOperand<A>(0, B * H, B * H, h_prev, h_masks + g * B * H, false, masked);
+      MaskOperand<A>(0, B * H, B * H, h_prev, h_masks + pl.gate_block(g) * B * H, false,
+                     masked);
       operand = masked;
     }
     plan.ForwardGateProduct(pl, u, g, B, operand, r_packed, s.rec_u, s.row);
@@ -515,6 +533,8 @@ void ForwardResetGates(const PseudoLayer<A>& pl, const RnnRun& run,
   A* rh = reset_buf;
   A* a_u = reset_buf + B * H;
   A* r = RowScratch<A>(n);
+  const int64_t r_at = pl.gate_block(0) * H, u_at = pl.gate_block(1) * H;
+  const int64_t r_rec = pl.gate_block(0) * gn, u_rec = pl.gate_block(1) * gn;
   for (int64_t b = 0; b < B; ++b) {
     if (t >= len[b]) {  // (the candidates hold this row's state; its operand is never read)
       std::fill(rh + b * H + j0, rh + b * H + j0 + n, A(0));
@@ -525,8 +545,8 @@ void ForwardResetGates(const PseudoLayer<A>& pl, const RnnRun& run,
     const A* bw = pl.bias_w + j0;
     const A* br = pl.bias_r + j0;
     for (int64_t j = 0; j < n; ++j) {
-      r[j] = (gx[j] + bw[j]) + (gh[j] + br[j]);
-      a_u[b * H + j0 + j] = (gx[H + j] + bw[H + j]) + (gh[gn + j] + br[H + j]);
+      r[j] = (gx[r_at + j] + bw[r_at + j]) + (gh[r_rec + j] + br[r_at + j]);
+      a_u[b * H + j0 + j] = (gx[u_at + j] + bw[u_at + j]) + (gh[u_rec + j] + br[u_at + j]);
     }
     if (pl.gates != nullptr) {
       A* saved = pl.gates + (t * B + b) * kSavedGates * H + j0;
@@ -866,11 +886,11 @@ void BackwardOutputs(const PseudoLayer<A>& pl, const RnnRun& run, const std::vec
     } else {  // Σ_g (dgh_g·R_g) ⊙ h_masks[g]: gate g's term through its mask (if any); a GRU
               // resetting before has its candidate's in the direct term (BackwardResetGates)
       A* term = RowScratch<A, 2>(B * n);
-      for (int g = 0; g < (m.gru_reset_before ? 2 : m.gates()); ++g) {
+      for (int g = 0; g < (m.gru_reset_before ? 2 : m.gates()); ++g) {  // blocks
         plan.BackwardProduct(pl, u, B, dgh_t, buf.r_packed, term, n, g);
+        const A* mask = buf.h_masks ? buf.h_masks + pl.gate_block(g) * B * Hr : nullptr;
         for (int64_t b = 0; b < B; ++b) {
-          MaskOperand<A>(0, n, n, term + b * n,
-                         buf.h_masks ? buf.h_masks + (g * B + b) * Hr + k0 : nullptr, g > 0,
+          MaskOperand<A>(0, n, n, term + b * n, mask ? mask + b * Hr + k0 : nullptr, g > 0,
                          buf.carry + b * Hr + k0);
         }
       }
@@ -912,6 +932,7 @@ void BackwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vecto
   const A* h_prev = pl.h_before(step, T, B);
   const A* c_prev = pl.c_before(step, T, B);
   const A* dht = buf.dh_total + t * B * Hr;
+  const GruGateStarts gru_at = GruStarts(pl);
   if (m.has_proj()) {
     gemm::Block(false, false, B, n, Hr, dht, Hr, pl.proj + j0, H, false, buf.dm + j0, H);
   }
@@ -936,13 +957,14 @@ void BackwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vecto
       A* const direct_row = buf.direct ? buf.direct + b * Hr + j0 : nullptr;
       const ZoneoutView<A> zh = buf.zoneout.h.At((t * B + b) * H + j0);
       if (m.gru_reset_before) {
-        BackwardRowResetCandidate<A, Math>(m, n, pl.gates + (t * B + b) * kSavedGates * H + j0,
+        BackwardRowResetCandidate<A, Math>(m, gru_at, n,
+                                           pl.gates + (t * B + b) * kSavedGates * H + j0,
                                            h_prev + b * Hr + j0, dh_row, gx_row, gh_row,
                                            direct_row, zh);
       } else if (m.keras_cells()) {
         const bool lstm = m.mode == RnnMode::kLstm;
         BackwardRowAny<A, Math>(
-            m, n, pl.gates + (t * B + b) * SavedGatesOf(m.mode) * H + j0,
+            m, gru_at, n, pl.gates + (t * B + b) * SavedGatesOf(m.mode) * H + j0,
             lstm ? pl.c + (t * B + b) * H + j0 : nullptr, lstm ? c_prev + b * H + j0 : nullptr,
             lstm ? nullptr : h_prev + b * Hr + j0,
             lstm && m.has_proj() ? buf.dm + b * H + j0 : dh_row,
@@ -973,7 +995,7 @@ void BackwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vecto
           const GruActivations<A> a{saved[j], saved[H + j], saved[2 * H + j], saved[3 * H + j],
                                     A(0)};
           const GruGradients<A> g = GruBackward<A>(a, h_in[j], dh_row[j]);
-          StoreGruGateGradients(g, H, j, gx_row, gh_row);
+          StoreGruGateGradients(g, H, gru_at, j, gx_row, gh_row);
           direct_row[j] = g.h_prev_direct;
         }
       } else {
@@ -1006,8 +1028,8 @@ void BackwardResetGates(const PseudoLayer<A>& pl, const RnnRun& run,
     if (t >= len[b]) continue;
     const A* saved = pl.gates + (t * B + b) * kSavedGates * H + k0;
     ValueAndSlopeRow<A, Math>(m.recurrent_activation, saved, r, sr, n);
-    A* gx = buf.dgx + (t * B + b) * G + k0;
-    A* gh = buf.dgh + (t * B + b) * G + k0;
+    A* gx = buf.dgx + (t * B + b) * G + pl.gate_block(0) * H + k0;  // r's block
+    A* gh = buf.dgh + (t * B + b) * G + pl.gate_block(0) * H + k0;
     for (int64_t j = 0; j < n; ++j) {
       const A mask = buf.h_masks ? buf.h_masks[(2 * B + b) * H + k0 + j] : A(1);
       const GruResetGateGradients<A> g = GruResetGateBackward(
@@ -1074,8 +1096,8 @@ void BackwardLayer(const CPUDevice& d, const std::vector<PseudoLayer<A>>& pls,
     const A* dx_w = dx_trans || !keras ? pl.w : kernel_t;
     const int64_t dx_ldw = dx_trans ? ldw : I, dx_gate = dx_trans ? w_gate : H * I;
     if (masks.input != nullptr) {  // per gate: dW_g from x ⊙ mask_g, dx = Σ_g (dgx_g·W_g) ⊙ mask_g
-      for (int g = 0; g < m.gates(); ++g) {
-        const A* mask = masks.input + g * B * I;
+      for (int g = 0; g < m.gates(); ++g) {  // blocks, each from its gate's mask
+        const A* mask = masks.input + pl.gate_block(g) * B * I;
         MaskOperand(d, rows * I, B * I, x, mask, false, masks.operand);
         grad.Matrix(d, grad.w, g * w_gate, ldw, H, I, rows, dgx + g * H, G, masks.operand, I);
         Gemm(d, false, dx_trans, rows, I, H, dgx + g * H, G, dx_w + g * dx_gate, dx_ldw, false,
@@ -1104,8 +1126,8 @@ void BackwardLayer(const CPUDevice& d, const std::vector<PseudoLayer<A>>& pls,
           operand = pl.gates + 3 * H;
           ld = kSavedGates * H;
         } else if (masks.recurrent != nullptr) {
-          MaskOperand(d, rows * Hr, B * Hr, h_prev_seq, masks.recurrent + g * B * Hr, false,
-                      masks.operand);
+          MaskOperand(d, rows * Hr, B * Hr, h_prev_seq,
+                      masks.recurrent + pl.gate_block(g) * B * Hr, false, masks.operand);
           operand = masks.operand;
         }
         const int64_t r_gate = keras ? H : H * Hr;

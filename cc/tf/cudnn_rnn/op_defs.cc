@@ -231,8 +231,9 @@ REGISTER_OP("TfLstm>CudnnRNNV3Keras")
 // model a Keras layer describes, on the layer's weights as Keras stores them instead of params:
 // kernel [input_size, gates * num_units], recurrent_kernel [num_units, gates * num_units] and
 // bias [gates * num_units] (b_R; b_W = 0) or [2, gates * num_units] (b_W, b_R), Keras' gate
-// order (LSTM i, f, c, o; GRU z, r, h). The CPU engine reads them in place (every mode but GRU),
-// so a layer call copies no weights. Outputs and reserve space are CudnnRNNV3Keras's.
+// order (LSTM i, f, c, o; GRU z, r, h). The CPU engine reads them in place (the GRU's gates in
+// Keras' order), so a layer call copies no weights. Outputs and reserve space are
+// CudnnRNNV3Keras's.
 // KerasRNNBackprop is CudnnRNNBackpropV3Keras on the same weights, with their gradients
 // (kernel_backprop, recurrent_kernel_backprop, bias_backprop) in place of params_backprop.
 REGISTER_OP("TfLstm>KerasRNN")
