@@ -628,16 +628,15 @@ void ProjectOutputs(const PseudoLayer<A>& pl, const RnnRun& run, const std::vect
 
 // Forward of layer `pls[0].layer`, all its directions (pls) at once: the input projections,
 // then one RunPhases team for the time loops (unit dir·slices + u is slice u of direction dir;
-// phases step·phases_per_step (+ 1) run step `step` of every direction), then this layer's
-// output y [T, B, D·Hr]: the state where the sequence ran, else zero. xw, rec, m_buf and
+// phases step·phases_per_step (+ 1) run step `step` of every direction). xw, rec, m_buf and
 // r_packed hold one part per direction.
 template <typename A, typename Math>
 void ForwardLayer(const CPUDevice& d, const std::vector<PseudoLayer<A>>& pls,
                   const TeamPlan& plan, const RnnRun& run, const std::vector<int64_t>& len,
                   const A* x, const OperandMasks<A>& masks, const Zoneout<A>& zoneout, A* xw,
-                  A* rec, A* m_buf, A* reset_buf, A* r_packed, A* y) {
+                  A* rec, A* m_buf, A* reset_buf, A* r_packed) {
   const RnnModel& m = pls[0].m;
-  const int64_t T = run.time, B = run.batch, H = m.num_units, Hr = m.output_width();
+  const int64_t T = run.time, B = run.batch, H = m.num_units;
   const int64_t G = m.gate_width(), D = m.num_dirs;
   for (int64_t dir = 0; dir < D; ++dir) {
     InputProjection(d, pls[dir], T, B, x, masks, xw + dir * T * B * G);
@@ -671,14 +670,28 @@ void ForwardLayer(const CPUDevice& d, const std::vector<PseudoLayer<A>>& pls,
       ProjectOutputs(pl, run, len, step, out[u], out[u + 1], m_buf + dir * B * H);
     }
   });
+}
+
+// A layer's output [T, B, D·Hr] (pls: its directions): each direction's state where the row ran
+// the step, else zero, written to dst time-major or batch-major ([B, T, D·Hr]) and converted to
+// Out on the way: the next layer's input, or the op's output itself (one pass over it).
+template <typename A, typename Out>
+void WriteLayerOutput(const CPUDevice& d, const std::vector<PseudoLayer<A>>& pls, int64_t T,
+                      int64_t B, const std::vector<int64_t>& len, bool time_major, Out* dst) {
+  const int64_t D = static_cast<int64_t>(pls.size()), Hr = pls[0].m.output_width();
   ParallelFor(d, T * B, D * Hr * 8.0, D * Hr * 1.0, [&](int64_t begin, int64_t end) {
     for (int64_t tb = begin; tb < end; ++tb) {
+      const int64_t t = tb / B, b = tb % B;
+      Out* row = dst + (time_major ? tb : b * T + t) * D * Hr;
       for (int64_t dir = 0; dir < D; ++dir) {
-        A* dst = y + (tb * D + dir) * Hr;
-        if (tb / B < len[tb % B]) {
-          std::memcpy(dst, pls[dir].h + tb * Hr, Hr * sizeof(A));
+        Out* out = row + dir * Hr;
+        const A* h = pls[dir].h + tb * Hr;
+        if (t >= len[b]) {
+          std::fill(out, out + Hr, Out(0));
+        } else if constexpr (std::is_same_v<Out, A>) {
+          std::memcpy(out, h, Hr * sizeof(A));
         } else {
-          std::fill(dst, dst + Hr, A(0));
+          for (int64_t k = 0; k < Hr; ++k) out[k] = static_cast<Out>(h[k]);
         }
       }
     }
@@ -749,7 +762,8 @@ bool ForwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const 
   A* xw = scratch.Take<A>(D * T_ * B * G);
   A* rec = scratch.Take<A>(D * B * plan.fwd.total_cols());
   A* r_packed = scratch.Take<A>(D * plan.fwd.size());
-  A* y = scratch.Take<A>(T_ * B * D * Hr);
+  // (the output of a layer below the last: the next one's input before dropout)
+  A* y = m.num_layers > 1 ? scratch.Take<A>(T_ * B * D * Hr) : nullptr;
   A* m_buf = m.has_proj() ? scratch.Take<A>(D * B * H) : nullptr;
   A* reset_buf = m.gru_reset_before ? scratch.Take<A>(D * 2 * B * H) : nullptr;
   // output_h then output_c, in the compute type
@@ -767,7 +781,7 @@ bool ForwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const 
                               weights.bias + (run.keras.bias_rows - 1) * G);
     }
     ForwardLayer<A, MathFor<T>>(d, pls, plan, run, len, x, masks, zoneout, xw, rec, m_buf,
-                                reset_buf, r_packed, y);
+                                reset_buf, r_packed);
     for (int64_t dir = 0; dir < D; ++dir) {
       // Final state: after the last processed step (rows past their end held it there).
       const int64_t p = l * D + dir, t_last = TimeOf(dir, T_ - 1, T_);
@@ -777,7 +791,10 @@ bool ForwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const 
                     B * H * sizeof(A));
       }
     }
-    if (l + 1 < m.num_layers) {  // the next layer's input, dropped out when training
+    if (l + 1 == m.num_layers) {
+      WriteLayerOutput(d, pls, T_, B, len, run.time_major, output);
+    } else {  // the next layer's input, dropped out when training
+      WriteLayerOutput(d, pls, T_, B, len, /*time_major=*/true, y);
       A* next = ws + lay.input(l + 1);
       const int64_t n = T_ * B * D * Hr;
       if (dropout.active(m)) {
@@ -795,7 +812,6 @@ bool ForwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const 
       }
     }
   }
-  FromTimeMajor(d, run, D * Hr, y, output);
   Convert(d, final_state, output_h, LD * B * Hr);
   if (lstm) Convert(d, final_state + LD * B * Hr, output_c, LD * B * H);
   return true;
@@ -1230,6 +1246,10 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const
   A* r_packed = scratch.Take<A>(D * plan.backward_size(m));
   A* h_prev_seq = scratch.Take<A>(rows * Hr);
   A* dx = scratch.Take<A>(rows * max_in * 2);
+  // The first layer's dx goes straight to input_backprop where that has dx's type and order
+  // (time-major, or one sequence or one step), else through dx and FromTimeMajor.
+  const bool dx_in_place =
+      std::is_same_v<T, A> && (run.time_major || run.batch == 1 || run.time == 1);
   A* masked_dx = run.input_masks ? scratch.Take<A>(rows * m.input_size) : nullptr;
   A* d_state = scratch.Take<A>(LD * B * (Hr + H));
   // Keras' kernel [I, G] transposed once for dx where that saves transposes (TransposeOnceFor;
@@ -1301,7 +1321,9 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const
       bufs.push_back(buf);
     }
     BackwardLayer<A, MathFor<T>>(d, pls, plan, run, len, x, dy, bufs, masks, masked_dx,
-                                 h_prev_seq, grads, kernel_t, dx);
+                                 h_prev_seq, grads, kernel_t,
+                                 l == 0 && dx_in_place ? reinterpret_cast<A*>(input_backprop)
+                                                       : dx);
     for (int64_t dir = 0; dir < D; ++dir) {
       const int64_t p = l * D + dir;
       Convert(d, bufs[dir].dh, input_h_backprop + p * B * Hr, B * Hr);
@@ -1316,7 +1338,7 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const
       dy = dy_below;  // layer l-1 reads it while writing its own dx
     }
   }
-  FromTimeMajor(d, run, m.input_size, dx, input_backprop);
+  if (!dx_in_place) FromTimeMajor(d, run, m.input_size, dx, input_backprop);
   if (!grads_in_place) write_weight_grads(dparams);
   return true;
 }
