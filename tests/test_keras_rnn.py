@@ -209,11 +209,23 @@ def test_bad_weights_name_the_argument(rng, mode, changes, message):
         run(args)
 
 
-def test_bad_gru_weights_name_the_argument(rng):
-    # The GRU (three gates, in Keras' order) checks its weights the same way.
-    args, attrs = bad(rng, "gru", recurrent_kernel=np.zeros([4, 16]))
-    with pytest.raises(tf.errors.InvalidArgumentError, match=r"recurrent_kernel.*\[4,16\]"):
-        keras_rnn(args, attrs)
+@pytest.mark.parametrize("changes,message", [
+    (dict(kernel=np.zeros([3])), "kernel must be rank 2"),
+    (dict(kernel=np.zeros([3, 16])), r"kernel.*\[3,16\]"),  # an LSTM's, not a GRU's 3 gates
+    (dict(recurrent_kernel=np.zeros([4, 16])), r"recurrent_kernel.*\[4,16\]"),
+    (dict(recurrent_kernel=np.zeros([0, 12])), r"recurrent_kernel.*\[0,12\]"),
+    (dict(bias=np.zeros([13])), r"bias.*\[13\]"),
+    (dict(bias=np.zeros([3, 12])), r"bias.*\[3,12\]"),
+])
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_bad_gru_weights_name_the_argument(rng, mode, changes, message):
+    # The GRU (three gates, read in Keras' order) checks its weights the same way.
+    args, attrs = bad(rng, "gru", **changes)
+    run = (lambda kw: keras_rnn(kw, attrs).output) if mode == "eager" else tf.function(
+        lambda kw: keras_rnn(kw, attrs).output,
+        input_signature=[{k: tf.TensorSpec(None, v.dtype) for k, v in args.items()}])
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        run(args)
 
 
 def test_static_shapes(rng):
@@ -295,6 +307,7 @@ def test_backprop_checks_the_reserve_space_and_names_bad_weights(rng):
 
 
 @pytest.mark.parametrize("op_name", ["KerasRNN", "KerasRNNBackprop"])
+@pytest.mark.parametrize("rnn_mode", ["lstm", "gru"])
 @pytest.mark.parametrize("mode", ["eager", "function"])
 @pytest.mark.parametrize("what,message", [
     ("input rank 2", "input must be rank 3"),
@@ -304,9 +317,11 @@ def test_backprop_checks_the_reserve_space_and_names_bad_weights(rng):
     ("lengths of another batch", "sequence_lengths"),
     ("input_c mismatch", "input_c"),
 ])
-def test_bad_inputs_of_both_ops_name_the_argument(rng, op_name, mode, what, message):
+def test_bad_inputs_of_both_ops_name_the_argument(rng, op_name, rnn_mode, mode, what, message):
     # (an empty T or B is valid: test_empty_runs_...; bad weights: test_bad_weights_...)
-    args, attrs = make_case(rng, "lstm", B=2)
+    if rnn_mode == "gru" and what == "input_c mismatch":
+        pytest.skip("a GRU has no cell state")
+    args, attrs = make_case(rng, rnn_mode, B=2)
     if op_name == "KerasRNNBackprop":
         args = backprop_args(args, attrs, keras_rnn(args, attrs), rng)
         attrs = {}
