@@ -13,15 +13,19 @@
 namespace tf_lstm_ops {
 namespace cpu {
 
+// Whether a run's [T,B,n] / [B,T,n] tensors are already in time-major order: time-major, or
+// batch-major with T or B of 1 (the same order).
+template <typename Run>
+bool InTimeMajorOrder(const Run& run) {
+  return run.time_major || run.batch == 1 || run.time == 1;
+}
+
 // [T,B,n] (time-major) view of a [T,B,n] or [B,T,n] tensor, in the compute type (a copy in
-// scratch unless it is both, T or B being 1 for [B,T,n]; only counted while the scratch is
-// counting).
+// scratch unless it is both (InTimeMajorOrder); only counted while the scratch is counting).
 template <typename A, typename T, typename Run>
 const A* ToTimeMajor(const CPUDevice& d, Scratch& scratch, const Run& run, int64_t n,
                      const T* src) {
-  if (run.time_major || run.batch == 1 || run.time == 1) {
-    return AsAcc<A>(d, scratch, src, run.time * run.batch * n);
-  }
+  if (InTimeMajorOrder(run)) return AsAcc<A>(d, scratch, src, run.time * run.batch * n);
   A* dst = scratch.Take<A>(run.time * run.batch * n);
   if (dst == nullptr) return nullptr;
   const int64_t time = run.time, B = run.batch;

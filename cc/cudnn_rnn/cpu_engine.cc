@@ -533,7 +533,7 @@ void ForwardResetGates(const PseudoLayer<A>& pl, const RnnRun& run,
   A* rh = reset_buf;
   A* a_u = reset_buf + B * H;
   A* r = RowScratch<A>(n);
-  const int64_t r_at = pl.gate_block(0) * H, u_at = pl.gate_block(1) * H;
+  const GruGateStarts at = GruStarts(pl);  // (the product's blocks are gn wide, not H)
   const int64_t r_rec = pl.gate_block(0) * gn, u_rec = pl.gate_block(1) * gn;
   for (int64_t b = 0; b < B; ++b) {
     if (t >= len[b]) {  // (the candidates hold this row's state; its operand is never read)
@@ -545,8 +545,8 @@ void ForwardResetGates(const PseudoLayer<A>& pl, const RnnRun& run,
     const A* bw = pl.bias_w + j0;
     const A* br = pl.bias_r + j0;
     for (int64_t j = 0; j < n; ++j) {
-      r[j] = (gx[r_at + j] + bw[r_at + j]) + (gh[r_rec + j] + br[r_at + j]);
-      a_u[b * H + j0 + j] = (gx[u_at + j] + bw[u_at + j]) + (gh[u_rec + j] + br[u_at + j]);
+      r[j] = (gx[at.r + j] + bw[at.r + j]) + (gh[r_rec + j] + br[at.r + j]);
+      a_u[b * H + j0 + j] = (gx[at.u + j] + bw[at.u + j]) + (gh[u_rec + j] + br[at.u + j]);
     }
     if (pl.gates != nullptr) {
       A* saved = pl.gates + (t * B + b) * kSavedGates * H + j0;
@@ -762,8 +762,6 @@ bool ForwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const 
   A* xw = scratch.Take<A>(D * T_ * B * G);
   A* rec = scratch.Take<A>(D * B * plan.fwd.total_cols());
   A* r_packed = scratch.Take<A>(D * plan.fwd.size());
-  // (the output of a layer below the last: the next one's input before dropout)
-  A* y = m.num_layers > 1 ? scratch.Take<A>(T_ * B * D * Hr) : nullptr;
   A* m_buf = m.has_proj() ? scratch.Take<A>(D * B * H) : nullptr;
   A* reset_buf = m.gru_reset_before ? scratch.Take<A>(D * 2 * B * H) : nullptr;
   // output_h then output_c, in the compute type
@@ -793,22 +791,19 @@ bool ForwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const 
     }
     if (l + 1 == m.num_layers) {
       WriteLayerOutput(d, pls, T_, B, len, run.time_major, output);
-    } else {  // the next layer's input, dropped out when training
-      WriteLayerOutput(d, pls, T_, B, len, /*time_major=*/true, y);
+    } else {  // the next layer's input, dropped out (in place) when training
       A* next = ws + lay.input(l + 1);
-      const int64_t n = T_ * B * D * Hr;
+      WriteLayerOutput(d, pls, T_, B, len, /*time_major=*/true, next);
       if (dropout.active(m)) {
         A* mask = ws + lay.mask(l + 1);
         const A scale = DropoutKeepScale<A>(dropout.rate);
         const uint64_t stream = DropoutStream(dropout, l);
-        ParallelFor(d, n, 16, 20, [&](int64_t begin, int64_t end) {
+        ParallelFor(d, T_ * B * D * Hr, 16, 20, [&](int64_t begin, int64_t end) {
           for (int64_t k = begin; k < end; ++k) {
             mask[k] = DropoutDrops(stream, k, dropout.rate) ? A(0) : scale;
-            next[k] = y[k] * mask[k];
+            next[k] *= mask[k];
           }
         });
-      } else {
-        std::memcpy(next, y, n * sizeof(A));
       }
     }
   }
@@ -1040,12 +1035,13 @@ void BackwardResetGates(const PseudoLayer<A>& pl, const RnnRun& run,
   plan.BackwardProduct(pl, u, B, buf.dgh + t * B * G, buf.r_packed, d_rh, n, 2);
   A* r = RowScratch<A>(2 * n);
   A* sr = r + n;
+  const int64_t r_at = GruStarts(pl).r;  // r's block in the gate rows
   for (int64_t b = 0; b < B; ++b) {
     if (t >= len[b]) continue;
     const A* saved = pl.gates + (t * B + b) * kSavedGates * H + k0;
     ValueAndSlopeRow<A, Math>(m.recurrent_activation, saved, r, sr, n);
-    A* gx = buf.dgx + (t * B + b) * G + pl.gate_block(0) * H + k0;  // r's block
-    A* gh = buf.dgh + (t * B + b) * G + pl.gate_block(0) * H + k0;
+    A* gx = buf.dgx + (t * B + b) * G + r_at + k0;
+    A* gh = buf.dgh + (t * B + b) * G + r_at + k0;
     for (int64_t j = 0; j < n; ++j) {
       const A mask = buf.h_masks ? buf.h_masks[(2 * B + b) * H + k0 + j] : A(1);
       const GruResetGateGradients<A> g = GruResetGateBackward(
@@ -1248,8 +1244,7 @@ bool BackwardWalk(const CPUDevice& d, Scratch& scratch, const RnnModel& m, const
   A* dx = scratch.Take<A>(rows * max_in * 2);
   // The first layer's dx goes straight to input_backprop where that has dx's type and order
   // (time-major, or one sequence or one step), else through dx and FromTimeMajor.
-  const bool dx_in_place =
-      std::is_same_v<T, A> && (run.time_major || run.batch == 1 || run.time == 1);
+  const bool dx_in_place = std::is_same_v<T, A> && InTimeMajorOrder(run);
   A* masked_dx = run.input_masks ? scratch.Take<A>(rows * m.input_size) : nullptr;
   A* d_state = scratch.Take<A>(LD * B * (Hr + H));
   // Keras' kernel [I, G] transposed once for dx where that saves transposes (TransposeOnceFor;
