@@ -27,6 +27,12 @@ block.argtypes = [ctypes.c_int, ctypes.c_bool, ctypes.c_bool, ctypes.c_int64, ct
                   ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
                   ctypes.c_int64, ctypes.c_bool, ctypes.c_void_p, ctypes.c_int64, ctypes.c_bool]
 
+packed_block = ctypes.CDLL(find_library()).tf_lstm_ops_gemm_packed_block
+packed_block.restype = ctypes.c_bool
+packed_block.argtypes = [ctypes.c_int, ctypes.c_bool, ctypes.c_int64, ctypes.c_int64,
+                         ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                         ctypes.c_int64, ctypes.c_bool, ctypes.c_void_p, ctypes.c_int64]
+
 TOL = {np.float32: 2e-5, np.float64: 1e-12}
 PAD = 3  # extra columns in every leading dimension, filled with NaN: reading them poisons C
 SENTINEL = -7.25  # C's padding, which must come back untouched
@@ -63,7 +69,9 @@ class Guarded:
         return self._padding
 
 
-def check(rng, dtype, trans_a, trans_b, m, n, k, accumulate, long_sum=False):
+def check(rng, dtype, trans_a, trans_b, m, n, k, accumulate, long_sum=False, packed=False):
+    """One product against NumPy's in float64: gemm::Block, or with `packed` gemm::PackedBlock
+    on op(B) packed into panels (A as stored, trans_a False)."""
     global checks
     checks += 1
     a = Guarded(k if trans_a else m, m if trans_a else k, dtype, np.nan)
@@ -76,10 +84,15 @@ def check(rng, dtype, trans_a, trans_b, m, n, k, accumulate, long_sum=False):
     expect = op_a.astype(np.float64) @ op_b.astype(np.float64)
     if accumulate:
         expect += c.view
-    ok = block(np.dtype(dtype).itemsize, trans_a, trans_b, m, n, k, a.ptr, a.ld, b.ptr, b.ld,
-               accumulate, c.ptr, c.ld, long_sum)
-    what = "%s trans_a=%d trans_b=%d m=%d n=%d k=%d accumulate=%d long_sum=%d" % (
-        np.dtype(dtype).name, trans_a, trans_b, m, n, k, accumulate, long_sum)
+    if packed:
+        ok = packed_block(np.dtype(dtype).itemsize, trans_b, m, n, k, a.ptr, a.ld, b.ptr, b.ld,
+                          accumulate, c.ptr, c.ld)
+    else:
+        ok = block(np.dtype(dtype).itemsize, trans_a, trans_b, m, n, k, a.ptr, a.ld, b.ptr, b.ld,
+                   accumulate, c.ptr, c.ld, long_sum)
+    what = "%s%s trans_a=%d trans_b=%d m=%d n=%d k=%d accumulate=%d long_sum=%d" % (
+        "packed " if packed else "", np.dtype(dtype).name, trans_a, trans_b, m, n, k, accumulate,
+        long_sum)
     if not ok:
         print("FAIL %s: not run" % what, flush=True)
         return
@@ -159,7 +172,8 @@ def main():
     print("ISA %s" % cpu_isa(), flush=True)
     check_bf16_conversions(np.random.default_rng(3))
     rng = np.random.default_rng(7)
-    # Edges of the register tiles (6 rows, 16-lane vectors, 4 of them), the few-rows paths (m < 12;
+    # Edges of the register tiles (6 rows, 16-lane vectors, 4 of them; 1-3 rows up to 8 vectors
+    # of 8 lanes with AVX2), the few-rows paths (m < 12;
     # m <= 3 with a transposed B: dot products), the 256-deep slabs, the 384-row blocks, and both
     # sums (gemm::Sum), the 2^27 multiply-add limit beyond which Eigen runs (both sides of it below).
     ms, ns, ks = [1, 2, 3, 5, 6, 7, 11, 12, 13, 64, 385], [1, 15, 16, 17, 63, 64, 65, 130], [
@@ -182,6 +196,13 @@ def main():
                 for k in (1, 4, 7, 8, 15, 16, 17, 300):
                     check(rng, dtype, False, True, m, n, k, bool(rng.integers(2)),
                           bool(rng.integers(2)))
+        # Products by packed panels (the recurrent steps'): every row count up to two tiles (1-3
+        # rows run AVX2's wider few-row tiles: 64 and 24 columns), columns around the 16-wide
+        # panels and those tiles' widths.
+        for m in (1, 2, 3, 4, 5, 6, 8, 9, 13):
+            for n in (1, 15, 16, 17, 24, 25, 63, 64, 65, 130):
+                check(rng, dtype, False, bool(rng.integers(2)), m, n, ks[rng.integers(len(ks))],
+                      bool(rng.integers(2)), packed=True)
         for trans_a, trans_b in ((False, False), (True, False), (False, True), (True, True)):
             check(rng, dtype, trans_a, trans_b, 400, 560, 599, False)  # just under 2^27: tiles
             check(rng, dtype, trans_a, trans_b, 400, 560, 600, True)  # just over: Eigen

@@ -2,7 +2,8 @@
 NumPy in float64: all four transpose combinations, with and without accumulation, float and
 double, plain and long (gemm::Sum::kLong) sums, on shapes at every edge of the register tiles,
 the few-rows paths (the dot products of a few rows by a transposed B), the slabs of B, the row
-blocks and the size beyond which Eigen takes over. Every operand ends where an inaccessible page
+blocks and the size beyond which Eigen takes over; and the products by packed panels that the
+recurrent steps run. Every operand ends where an inaccessible page
 begins (a read or write past its end kills the worker), the padding between its rows is NaN (a
 value read from there and used poisons C), and C's padding must come back untouched. Also the
 vectorised float <-> bfloat16 conversions, bit for bit against TensorFlow's casts. One fresh process per
@@ -35,4 +36,4 @@ def test_gemm_blocks_match_numpy(isa):
         proc.returncode, lines[-1], proc.stderr[-3000:])
     assert not failures, "\n".join(failures[:20])
     assert lines[-1].startswith("DONE "), proc.stdout[-2000:]
-    assert int(lines[-1].split()[1]) == 8 + 2 * 8 * (11 * 8 + 2 * 6) + 2 * 4 * 5 * 8 + 2 * 8 + 2
+    assert int(lines[-1].split()[1]) == 8 + 2 * 8 * (11 * 8 + 2 * 6) + 2 * 4 * 5 * 8 + 2 * 9 * 10 + 2 * 8 + 2

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 namespace tf_lstm_ops {
 namespace gemm {
@@ -306,6 +307,25 @@ extern "C" __attribute__((visibility("default"))) bool tf_lstm_ops_gemm_block(
                                 static_cast<const A*>(b), ldb, accumulate, typed_c, ldc,
                                 long_sum ? tf_lstm_ops::gemm::Sum::kLong
                                          : tf_lstm_ops::gemm::Sum::kPlain);
+    return true;
+  };
+  if (element_bytes == 4) return run(static_cast<float*>(c));
+  if (element_bytes == 8) return run(static_cast<double*>(c));
+  return false;
+}
+
+// For the tests (through ctypes): op(B) packed into panels (gemm::PackPanels) and one
+// gemm::PackedBlock product by them, the recurrent steps' kernel, in float or double as above.
+extern "C" __attribute__((visibility("default"))) bool tf_lstm_ops_gemm_packed_block(
+    int element_bytes, bool trans_b, int64_t m, int64_t n, int64_t k, const void* a, int64_t lda,
+    const void* b, int64_t ldb, bool accumulate, void* c, int64_t ldc) {
+  auto run = [&](auto* typed_c) {
+    using A = std::remove_pointer_t<decltype(typed_c)>;
+    std::vector<A> packed(static_cast<size_t>(k * tf_lstm_ops::gemm::PaddedCols(n)));
+    tf_lstm_ops::gemm::PackPanels<A>(trans_b, k, n, static_cast<const A*>(b), ldb,
+                                     packed.data());
+    tf_lstm_ops::gemm::PackedBlock<A>(m, n, k, static_cast<const A*>(a), lda, packed.data(),
+                                      accumulate, typed_c, ldc);
     return true;
   };
   if (element_bytes == 4) return run(static_cast<float*>(c));

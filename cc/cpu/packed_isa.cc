@@ -150,7 +150,7 @@ void Tile(int64_t k, const A* a, int64_t lda, const A* const* b, int64_t ldb_row
   typename X::V acc[kRows][kVecs];
 #pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int v = 0; v < kVecs; ++v) acc[r][v] = X::Zero();  // (k = 0: C gets zeros)
   }
   alignas(64) A chain_sums[kWide ? kRows * kVecs * X::kLanes : 1];
@@ -158,13 +158,13 @@ void Tile(int64_t k, const A* a, int64_t lda, const A* const* b, int64_t ldb_row
   for (int64_t p0 = 0; p0 < k; p0 += kWide ? kWideChain : k) {
 #pragma GCC unroll 8
     for (int r = 0; r < kRows; ++r) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int v = 0; v < kVecs; ++v) acc[r][v] = X::Zero();
     }
     const int64_t p1 = kWide ? std::min(k, p0 + kWideChain) : k;
     for (int64_t p = p0; p < p1; ++p) {
       typename X::V bv[kVecs];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int v = 0; v < kVecs; ++v) {
         bv[v] = kMaskB && v + 1 == kVecs ? X::LoadFirst(b[v] + p * ldb_row, last_lanes)
                                          : X::Load(b[v] + p * ldb_row);
@@ -172,14 +172,14 @@ void Tile(int64_t k, const A* a, int64_t lda, const A* const* b, int64_t ldb_row
 #pragma GCC unroll 8
       for (int r = 0; r < kRows; ++r) {
         const typename X::V av = X::Splat(kTransA ? a[p * lda + r] : a[r * lda + p]);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int v = 0; v < kVecs; ++v) acc[r][v] = X::Fma(av, bv[v], acc[r][v]);
       }
     }
     if constexpr (kWide) {
 #pragma GCC unroll 8
       for (int r = 0; r < kRows; ++r) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int v = 0; v < kVecs; ++v) {
           A* sums = chain_sums + (r * kVecs + v) * X::kLanes;
           X::Store(sums, X::Add(X::Load(sums), acc[r][v]));
@@ -197,7 +197,7 @@ void Tile(int64_t k, const A* a, int64_t lda, const A* const* b, int64_t ldb_row
   }
 #pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int v = 0; v < kVecs; ++v) {
       A* dst = c + r * ldc + v * X::kLanes;
       if (v + 1 < kVecs || last_lanes == X::kLanes) {
@@ -214,25 +214,14 @@ void Tile(int64_t k, const A* a, int64_t lda, const A* const* b, int64_t ldb_row
 template <typename A, int kRows, int kMaxVecs, bool kTransA, bool kMaskB, bool kWide>
 void TileOfRows(int vecs, int64_t k, const A* a, int64_t lda, const A* const* b, int64_t ldb_row,
                 bool accumulate, A* c, int64_t ldc, int last_lanes, double* wide) {
-  switch (vecs) {
-    case 1:
-      return Tile<A, kRows, 1, kTransA, kMaskB, kWide>(k, a, lda, b, ldb_row, accumulate, c, ldc,
-                                                       last_lanes, wide);
-    case 2:
-      return Tile<A, kRows, 2, kTransA, kMaskB, kWide>(k, a, lda, b, ldb_row, accumulate, c, ldc,
-                                                       last_lanes, wide);
-    default:
-      if constexpr (kMaxVecs >= 3) {
-        if (vecs == 3) {
-          return Tile<A, kRows, 3, kTransA, kMaskB, kWide>(k, a, lda, b, ldb_row, accumulate, c,
-                                                           ldc, last_lanes, wide);
-        }
-      }
-      if constexpr (kMaxVecs >= 4) {
-        return Tile<A, kRows, 4, kTransA, kMaskB, kWide>(k, a, lda, b, ldb_row, accumulate, c,
-                                                         ldc, last_lanes, wide);
-      }
+  if constexpr (kMaxVecs > 1) {
+    if (vecs < kMaxVecs) {
+      return TileOfRows<A, kRows, kMaxVecs - 1, kTransA, kMaskB, kWide>(
+          vecs, k, a, lda, b, ldb_row, accumulate, c, ldc, last_lanes, wide);
+    }
   }
+  Tile<A, kRows, kMaxVecs, kTransA, kMaskB, kWide>(k, a, lda, b, ldb_row, accumulate, c, ldc,
+                                                   last_lanes, wide);
 }
 
 // A tile shape: up to kRows rows by kVecs vectors of accumulators.
@@ -249,6 +238,16 @@ using WideTiles = TileShape<kTileRows, kTileVecs>;  // 6 x 4 (AVX-512), 6 x 2 (A
 // no taller tile than 6 x 2.)
 constexpr bool kHasTallTiles = kTileVecs == 4;
 using TallTiles = TileShape<8, 3>;
+// Products of 1-3 rows (an RNN step at batch 1-3) with AVX2: every output is one FMA chain, and
+// a 1 x 2 tile has two chains, too few to cover the FMA latency: it ran at a quarter of the FMA
+// rate and below the rate at which L2 delivers B, which bounds a product of so few rows. So AVX2
+// takes these rows as 1 x 8, 2 x 4 and 3 x 3 tiles (packed, 512 x 256, one thread: 1 row 6.9 ->
+// 4.3 us, 3 rows 8.5 -> 6.6). AVX-512's tiles stay: its 1 x 4 (four panels) streams B at ~190
+// GB/s, and 1 x 8, eight panels 16 KiB apart, ran 50 % slower.
+template <int kRows>
+constexpr int kFewRowVecs = kTileVecs == 2 ? (kRows == 1 ? 8 : kRows == 2 ? 4 : 3) : kTileVecs;
+template <int kRows>
+using FewRowTiles = TileShape<kRows, kFewRowVecs<kRows>>;
 
 // C[m, n] (+)= op(A)·B over register tiles of Shape: B's column c at column(c) + p·ldb_row for
 // row p (packed panels, or a row-major B), op(A) as in Tile. Column tiles outer: a tile's k x
@@ -265,15 +264,16 @@ void TiledProduct(int64_t m, int64_t n, int64_t k, const A* a, int64_t lda, Colu
   constexpr int64_t kTileCols = int64_t{kVecsMax} * kLanes;
   using TileFn = void (*)(int, int64_t, const A*, int64_t, const A* const*, int64_t, bool, A*,
                           int64_t, int, double*);
+  // (entries past kRowsMax are never called: they name the kRowsMax one, not new kernels)
   static constexpr TileFn kByRows[8] = {
       TileOfRows<A, 1, kVecsMax, kTransA, kMaskB, kWide>,
-      TileOfRows<A, 2, kVecsMax, kTransA, kMaskB, kWide>,
-      TileOfRows<A, 3, kVecsMax, kTransA, kMaskB, kWide>,
-      TileOfRows<A, 4, kVecsMax, kTransA, kMaskB, kWide>,
-      TileOfRows<A, 5, kVecsMax, kTransA, kMaskB, kWide>,
-      TileOfRows<A, 6, kVecsMax, kTransA, kMaskB, kWide>,
-      TileOfRows<A, kRowsMax >= 7 ? 7 : 6, kVecsMax, kTransA, kMaskB, kWide>,
-      TileOfRows<A, kRowsMax >= 8 ? 8 : 6, kVecsMax, kTransA, kMaskB, kWide>};
+      TileOfRows<A, std::min(2, kRowsMax), kVecsMax, kTransA, kMaskB, kWide>,
+      TileOfRows<A, std::min(3, kRowsMax), kVecsMax, kTransA, kMaskB, kWide>,
+      TileOfRows<A, std::min(4, kRowsMax), kVecsMax, kTransA, kMaskB, kWide>,
+      TileOfRows<A, std::min(5, kRowsMax), kVecsMax, kTransA, kMaskB, kWide>,
+      TileOfRows<A, std::min(6, kRowsMax), kVecsMax, kTransA, kMaskB, kWide>,
+      TileOfRows<A, std::min(7, kRowsMax), kVecsMax, kTransA, kMaskB, kWide>,
+      TileOfRows<A, std::min(8, kRowsMax), kVecsMax, kTransA, kMaskB, kWide>};
   for (int64_t c0 = 0; c0 < n; c0 += kTileCols) {
     const int64_t cols = std::min(kTileCols, n - c0);
     const int vecs = static_cast<int>((cols + kLanes - 1) / kLanes);
@@ -293,6 +293,24 @@ void TiledProduct(int64_t m, int64_t n, int64_t k, const A* a, int64_t lda, Colu
   }
 }
 
+// TiledProduct (not kWide) with FewRowTiles for 1-3 rows, Shape's tiles otherwise.
+template <typename A, bool kTransA, bool kMaskB, typename Shape = WideTiles, typename Column>
+void TiledProductAnyRows(int64_t m, int64_t n, int64_t k, const A* a, int64_t lda, Column column,
+                         int64_t ldb_row, bool accumulate, A* c, int64_t ldc) {
+  auto few_rows = [&](auto rows) {
+    using Few = FewRowTiles<decltype(rows)::value>;
+    if constexpr (Few::kVecs == kTileVecs) return false;  // Shape's tiles are as wide
+    TiledProduct<A, kTransA, kMaskB, false, Few>(m, n, k, a, lda, column, ldb_row, accumulate, c,
+                                                 ldc);
+    return true;
+  };
+  if (m == 1 && few_rows(std::integral_constant<int, 1>{})) return;
+  if (m == 2 && few_rows(std::integral_constant<int, 2>{})) return;
+  if (m == 3 && few_rows(std::integral_constant<int, 3>{})) return;
+  TiledProduct<A, kTransA, kMaskB, false, Shape>(m, n, k, a, lda, column, ldb_row, accumulate, c,
+                                                 ldc);
+}
+
 template <typename A>
 void PackedBlockSimd(int64_t m, int64_t n, int64_t k, const A* a, int64_t lda, const A* packed,
                      bool accumulate, A* c, int64_t ldc) {
@@ -308,7 +326,7 @@ void PackedBlockSimd(int64_t m, int64_t n, int64_t k, const A* a, int64_t lda, c
       return;
     }
   }
-  TiledProduct<A, false, false>(m, n, k, a, lda, panels, kPanelWidth, accumulate, c, ldc);
+  TiledProductAnyRows<A, false, false>(m, n, k, a, lda, panels, kPanelWidth, accumulate, c, ldc);
 }
 
 // Products of a few rows by a B stored [n, k] (op(B) = Bᵀ): C[m, n] (+)= A·Bᵀ as dot products of
@@ -444,7 +462,7 @@ void SlabbedBlockSimd(int64_t m, int64_t n, int64_t k, const A* a, int64_t lda, 
       }
     }
     for (int64_t p0 = 0; p0 < k; p0 += kDepth) {
-      TiledProduct<A, kTransA, true>(
+      TiledProductAnyRows<A, kTransA, true>(
           m, n, std::min(kDepth, k - p0), a + p0 * a_step, lda,
           [&](int64_t col) { return b + p0 * ldb + col; }, ldb, accumulate || p0 > 0, c, ldc);
     }
