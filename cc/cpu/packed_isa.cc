@@ -299,10 +299,13 @@ void TiledProductAnyRows(int64_t m, int64_t n, int64_t k, const A* a, int64_t ld
                          int64_t ldb_row, bool accumulate, A* c, int64_t ldc) {
   auto few_rows = [&](auto rows) {
     using Few = FewRowTiles<decltype(rows)::value>;
-    if constexpr (Few::kVecs == kTileVecs) return false;  // Shape's tiles are as wide
-    TiledProduct<A, kTransA, kMaskB, false, Few>(m, n, k, a, lda, column, ldb_row, accumulate, c,
-                                                 ldc);
-    return true;
+    if constexpr (Few::kVecs == kTileVecs) {
+      return false;  // Shape's tiles are as wide (no kernels compiled for it)
+    } else {
+      TiledProduct<A, kTransA, kMaskB, false, Few>(m, n, k, a, lda, column, ldb_row, accumulate,
+                                                   c, ldc);
+      return true;
+    }
   };
   if (m == 1 && few_rows(std::integral_constant<int, 1>{})) return;
   if (m == 2 && few_rows(std::integral_constant<int, 2>{})) return;
