@@ -457,9 +457,11 @@ void RunLoop(const CPUDevice& d, const LoopSplit& split, int64_t phases, int uni
 //   R in the backward): read in place, every k of a step's product starts a new row, 4 KiB or
 //   more apart in the forward, so each step waits on L2; packing is a plain copy. Packed from
 //   `min_steps` steps: kPackForwardMinSteps (block forward at batch 1, H = 256: 31 % faster at
-//   T = 20, 18 % at 12, 4 % at 8; at H = 128, whose weights stay in cache, no faster),
-//   kPackBackwardMinSteps (rows of R there are Hr values apart and gain less: CudnnRNN's
-//   backward at batch 1, H = 256: 5 % slower at T = 20, 4 % faster at 40, 9-13 % at 100).
+//   T = 20, 18 % at 12, 4 % at 8; at H = 128, whose weights stay in cache, no faster; since
+//   the in-place products run 128-column tiles with AVX-512, docs/performance.md §3.2: even at
+//   T = 16, 6 % faster at 20, 16 % at 32, 28 % at 64), kPackBackwardMinSteps (rows of R there are
+//   Hr values apart and gain less: CudnnRNN's backward at batch 1, H = 256: 5 % slower at T = 20,
+//   4 % faster at 40, 9-13 % at 100; not re-measured with the wider tiles).
 constexpr int64_t kUnpackedMaxRows = gemm::kDotMaxRows;
 constexpr int64_t kPackForwardMinSteps = 16, kPackBackwardMinSteps = 32;
 inline bool PackFor(int64_t rows_per_step, int64_t steps, bool transposed_source,

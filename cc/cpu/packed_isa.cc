@@ -238,16 +238,21 @@ using WideTiles = TileShape<kTileRows, kTileVecs>;  // 6 x 4 (AVX-512), 6 x 2 (A
 // no taller tile than 6 x 2.)
 constexpr bool kHasTallTiles = kTileVecs == 4;
 using TallTiles = TileShape<8, 3>;
-// Products of 1-3 rows (an RNN step at batch 1-3) with AVX2: every output is one FMA chain, and
-// a 1 x 2 tile has two chains, too few to cover the FMA latency: it ran at a quarter of the FMA
-// rate and below the rate at which L2 delivers B, which bounds a product of so few rows. So AVX2
-// takes these rows as 1 x 8, 2 x 4 and 3 x 3 tiles (packed, 512 x 256, one thread: 1 row 6.9 ->
-// 4.3 us, 3 rows 8.5 -> 6.6). AVX-512's tiles stay: its 1 x 4 (four panels) streams B at ~190
-// GB/s, and 1 x 8, eight panels 16 KiB apart, ran 50 % slower.
-template <int kRows>
-constexpr int kFewRowVecs = kTileVecs == 2 ? (kRows == 1 ? 8 : kRows == 2 ? 4 : 3) : kTileVecs;
-template <int kRows>
-using FewRowTiles = TileShape<kRows, kFewRowVecs<kRows>>;
+// Products of 1-3 rows (an RNN step at batch 1-3): every output is one FMA chain, and these
+// rows want more columns per tile than the wide tiles have (FewRowTiles; the sums do not change):
+// - AVX2: a 1 x 2 tile has two chains, too few to cover the FMA latency: it ran at a quarter of
+//   the FMA rate and below the rate at which L2 delivers B, which bounds a product of so few rows.
+//   So 1 x 8, 2 x 4 and 3 x 3 tiles, eight or more chains within 16 registers (packed, 512 x 256,
+//   one thread, Zen 5: 1 row 6.9 -> 4.3 us, 3 rows 8.5 -> 6.6).
+// - AVX-512, a row-major B read in place (kInPlace: each k a new row of B, 4 KiB or more apart):
+//   8 vectors, 512 bytes of each row per k instead of 256 (256 rows 4 KiB apart, 512 columns: 1 row
+//   8.0 -> 5.2 us, 2 rows 7.9 -> 5.8, 3 rows 7.9 -> 7.4). Packed panels keep 4 vectors (8 were
+//   3-13 % slower).
+template <int kRows, bool kInPlace>
+constexpr int kFewRowVecs =
+    kTileVecs == 2 ? (kRows == 1 ? 8 : kRows == 2 ? 4 : 3) : (kInPlace ? 8 : kTileVecs);
+template <int kRows, bool kInPlace>
+using FewRowTiles = TileShape<kRows, kFewRowVecs<kRows, kInPlace>>;
 
 // C[m, n] (+)= op(A)·B over register tiles of Shape: B's column c at column(c) + p·ldb_row for
 // row p (packed panels, or a row-major B), op(A) as in Tile. Column tiles outer: a tile's k x
@@ -293,12 +298,13 @@ void TiledProduct(int64_t m, int64_t n, int64_t k, const A* a, int64_t lda, Colu
   }
 }
 
-// TiledProduct (not kWide) with FewRowTiles for 1-3 rows, Shape's tiles otherwise.
+// TiledProduct (not kWide) with FewRowTiles for 1-3 rows (kMaskB: B read in place), Shape's
+// tiles otherwise.
 template <typename A, bool kTransA, bool kMaskB, typename Shape = WideTiles, typename Column>
 void TiledProductAnyRows(int64_t m, int64_t n, int64_t k, const A* a, int64_t lda, Column column,
                          int64_t ldb_row, bool accumulate, A* c, int64_t ldc) {
   auto few_rows = [&](auto rows) {
-    using Few = FewRowTiles<decltype(rows)::value>;
+    using Few = FewRowTiles<decltype(rows)::value, kMaskB>;
     if constexpr (Few::kVecs == kTileVecs) {
       return false;  // Shape's tiles are as wide (no kernels compiled for it)
     } else {
