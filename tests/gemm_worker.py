@@ -172,8 +172,8 @@ def main():
     print("ISA %s" % cpu_isa(), flush=True)
     check_bf16_conversions(np.random.default_rng(3))
     rng = np.random.default_rng(7)
-    # Edges of the register tiles (6 rows, 16-lane vectors, 4 of them; 1-3 rows up to 8 vectors
-    # of 8 lanes with AVX2), the few-rows paths (m < 12;
+    # Edges of the register tiles (6 rows, 16-lane vectors, 4 of them; 1-3 rows up to 8 vectors:
+    # n = 130 is 8 vectors and a part), the few-rows paths (m < 12;
     # m <= 3 with a transposed B: dot products), the 256-deep slabs, the 384-row blocks, and both
     # sums (gemm::Sum), the 2^27 multiply-add limit beyond which Eigen runs (both sides of it below).
     ms, ns, ks = [1, 2, 3, 5, 6, 7, 11, 12, 13, 64, 385], [1, 15, 16, 17, 63, 64, 65, 130], [
