@@ -461,7 +461,9 @@ void RunLoop(const CPUDevice& d, const LoopSplit& split, int64_t phases, int uni
 //   the in-place products run 128-column tiles with AVX-512, docs/performance.md §3.2: even at
 //   T = 16, 6 % faster at 20, 16 % at 32, 28 % at 64), kPackBackwardMinSteps (rows of R there are
 //   Hr values apart and gain less: CudnnRNN's backward at batch 1, H = 256: 5 % slower at T = 20,
-//   4 % faster at 40, 9-13 % at 100; not re-measured with the wider tiles).
+//   4 % faster at 40, 9-13 % at 100; with the wider in-place tiles, through the op, alternated:
+//   AVX-512 packing 4-6 % slower at T = 32-40, even at 48, 6 % faster at 64-100; AVX2 7 % slower
+//   at 20-28, 5-7 % faster at 32-48: one threshold for both, within this VM's noise).
 constexpr int64_t kUnpackedMaxRows = gemm::kDotMaxRows;
 constexpr int64_t kPackForwardMinSteps = 16, kPackBackwardMinSteps = 32;
 inline bool PackFor(int64_t rows_per_step, int64_t steps, bool transposed_source,
