@@ -335,15 +335,17 @@ struct PseudoLayer {
     bias_w = b_w;
     bias_r = b_r;
     keras_layout = true;
-    keras_gru_order = m.mode == RnnMode::kGru;
   }
   // Which of the G blocks of H gate units holds gate g (cuDNN's order) in the weights, their
   // gradients, the biases and every gate buffer of a run: block g, but for Keras' GRU weights
   // read in place, which order their blocks z, r, h (cuDNN: r, u = z, h), so that r and u trade
   // places and every whole-matrix product keeps Keras' layout. The map is its own inverse: it
   // also gives the gate held by block g (the one whose operand mask block g's product reads).
-  int gate_block(int g) const { return keras_gru_order && g < 2 ? 1 - g : g; }
-  bool keras_gru_order = false;
+  int gate_block(int g) const { return GateBlock(keras_gru_order(), g); }
+  bool keras_gru_order() const { return keras_layout && m.mode == RnnMode::kGru; }
+  static int GateBlock(bool keras_gru_order, int g) {
+    return keras_gru_order && g < 2 ? 1 - g : g;
+  }
   // Strides of R [G*H, Hr] (params' layout: row-major; Keras': recurrent_kernel is Rᵀ) along
   // its gate-unit axis and along its state axis.
   int64_t r_gate_unit_stride() const { return keras_layout ? 1 : m.output_width(); }

@@ -406,9 +406,9 @@ void ForwardCells(const PseudoLayer<A>& pl, const RnnRun& run, const std::vector
     }
   }
   const bool relu = m.mode == RnnMode::kRnnRelu;
-  // Gate g's block (PseudoLayer::gate_block), as loop-invariant values.
-  const int r_block = pl.gate_block(0), u_block = pl.gate_block(1);
-  auto block = [=](int g) { return g == 0 ? r_block : g == 1 ? u_block : g; };
+  // Gate g's block (PseudoLayer::gate_block), from a loop-invariant flag.
+  const bool keras_gru_order = pl.keras_gru_order();
+  auto block = [=](int g) { return PseudoLayer<A>::GateBlock(keras_gru_order, g); };
   Elementwise([&] {
     for (int64_t b = b0; b < b1; ++b) {
       if (t >= len[b]) {  // past this sequence's end: hold the state
